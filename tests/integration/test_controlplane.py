@@ -57,7 +57,8 @@ def _items(cp, *args):
 
 def test_apiserver_answers(cp):
     out = cp.kubectl_run("get", "ns", "-o", "name").stdout.split()
-    assert "namespace/default" in out and "namespace/kube-system" in out
+    assert "namespace/default" in out
+    assert "namespace/kube-system" in out
     assert cp.server.startswith("https://127.0.0.1:")
     version = json.loads(cp.kubectl_run("version", "-o", "json").stdout)
     assert version["serverVersion"]["gitVersion"].startswith("v1.")
@@ -66,18 +67,25 @@ def test_apiserver_answers(cp):
 def test_deployment_creates_replicaset_and_pods_then_gc(cp):
     cp.kubectl_run("apply", "-f", "-", input=json.dumps(DEPLOYMENT))
     dep_uid = json.loads(cp.kubectl_run("get", "deploy", "web", "-n", NS, "-o", "json").stdout)[
-        "metadata"]["uid"]
+        "metadata"
+    ]["uid"]
 
     def rs_of_deployment():
-        return [rs for rs in _items(cp, "replicasets")
-                if any(o["uid"] == dep_uid for o in rs["metadata"].get("ownerReferences", []))]
+        return [
+            rs
+            for rs in _items(cp, "replicasets")
+            if any(o["uid"] == dep_uid for o in rs["metadata"].get("ownerReferences", []))
+        ]
 
     rss = _wait(rs_of_deployment, what="ReplicaSet owned by the Deployment")
     rs_uid = rss[0]["metadata"]["uid"]
 
     def pods_of_rs():
-        pods = [p for p in _items(cp, "pods")
-                if any(o["uid"] == rs_uid for o in p["metadata"].get("ownerReferences", []))]
+        pods = [
+            p
+            for p in _items(cp, "pods")
+            if any(o["uid"] == rs_uid for o in p["metadata"].get("ownerReferences", []))
+        ]
         return pods if len(pods) == 2 else None
 
     pods = _wait(pods_of_rs, what="2 Pods owned by the ReplicaSet")
@@ -109,13 +117,31 @@ def test_rbac_is_enforced_for_service_account_tokens(cp, tmp_path):
     # admin can, and a RoleBinding grants exactly what it says
     assert "s1" in cp.kubectl_run("get", "secrets", "-n", NS, "-o", "name").stdout
     cp.kubectl_run("create", "role", "pod-reader", "-n", NS, "--verb=list", "--resource=pods")
-    cp.kubectl_run("create", "rolebinding", "tester-pods", "-n", NS, "--role=pod-reader",
-                   f"--serviceaccount={NS}:tester")
-    _wait(lambda: cp.kubectl_run("auth", "can-i", "list", "pods", "-n", NS, kubeconfig=kc,
-                                 check=False).stdout.strip() == "yes",
-          timeout=30, what="RoleBinding to take effect")
-    assert cp.kubectl_run("auth", "can-i", "list", "secrets", "-n", NS, kubeconfig=kc,
-                          check=False).stdout.strip() == "no"
+    cp.kubectl_run(
+        "create",
+        "rolebinding",
+        "tester-pods",
+        "-n",
+        NS,
+        "--role=pod-reader",
+        f"--serviceaccount={NS}:tester",
+    )
+    _wait(
+        lambda: (
+            cp.kubectl_run(
+                "auth", "can-i", "list", "pods", "-n", NS, kubeconfig=kc, check=False
+            ).stdout.strip()
+            == "yes"
+        ),
+        timeout=30,
+        what="RoleBinding to take effect",
+    )
+    assert (
+        cp.kubectl_run(
+            "auth", "can-i", "list", "secrets", "-n", NS, kubeconfig=kc, check=False
+        ).stdout.strip()
+        == "no"
+    )
 
 
 def test_static_admin_token(cp, tmp_path):

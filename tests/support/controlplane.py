@@ -103,7 +103,12 @@ def _free_ports(n: int) -> list[int]:
 
 def _openssl(*args: str, cwd: Path) -> None:
     proc = subprocess.run(
-        ["openssl", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ["openssl", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise ControlPlaneError(f"openssl {' '.join(args)} failed:\n{proc.stdout}")
@@ -205,8 +210,7 @@ class ControlPlane:
         missing = missing_binaries(self.bin_dir)
         if missing:
             raise ControlPlaneError(
-                f"missing binaries in {self.bin_dir}: {', '.join(missing)} "
-                f"(run {BUILD_SCRIPT})"
+                f"missing binaries in {self.bin_dir}: {', '.join(missing)} (run {BUILD_SCRIPT})"
             )
         deadline = time.monotonic() + timeout
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -234,7 +238,7 @@ class ControlPlane:
                 return
             self._stopped = True
             # reverse start order: controller-manager, apiserver, etcd
-            for name, proc, _log in reversed(self._procs):
+            for _name, proc, _log in reversed(self._procs):
                 if proc.poll() is None:
                     proc.terminate()
                     try:
@@ -243,29 +247,33 @@ class ControlPlane:
                         proc.kill()
                         proc.wait(timeout=10)
             self._procs.clear()
-        try:
-            atexit.unregister(self.stop)
-        except Exception:
-            pass
+        atexit.unregister(self.stop)
 
     def kubeconfig_for_token(self, token: str, path: Path, *, namespace: str | None = None) -> Path:
         return write_kubeconfig(
             path, self.server, self.ca_file, user="token-user", token=token, namespace=namespace
         )
 
-    def kubectl_run(self, *args: str, kubeconfig: Path | None = None, check: bool = True,
-                    input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    def kubectl_run(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess:
         """Run kubectl (admin kubeconfig by default); returns CompletedProcess (text)."""
         cmd = [str(self.kubectl), "--kubeconfig", str(kubeconfig or self.admin_kubeconfig), *args]
-        proc = subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if check and proc.returncode != 0:
             raise ControlPlaneError(
                 f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
             )
         return proc
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         self.start()
         return self
 
@@ -278,46 +286,108 @@ class ControlPlane:
         p = self.pki
         p.mkdir(parents=True, exist_ok=True)
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
-                 "-subj", "/CN=slotune-test-ca", cwd=p)
+        _openssl(
+            "req",
+            "-x509",
+            *ec,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=slotune-test-ca",
+            cwd=p,
+        )
 
         def issue(name: str, subj: str, ext: str) -> None:
             (p / f"{name}.ext").write_text(ext)
-            _openssl("req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                     "-subj", subj, cwd=p)
-            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                     "-CAcreateserial", "-out", f"{name}.crt", "-days", "3650",
-                     "-extfile", f"{name}.ext", cwd=p)
+            _openssl(
+                "req",
+                "-new",
+                *ec,
+                "-keyout",
+                f"{name}.key",
+                "-out",
+                f"{name}.csr",
+                "-subj",
+                subj,
+                cwd=p,
+            )
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                f"{name}.crt",
+                "-days",
+                "3650",
+                "-extfile",
+                f"{name}.ext",
+                cwd=p,
+            )
 
-        issue("apiserver", "/CN=kube-apiserver",
-              "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-              "extendedKeyUsage=serverAuth\n"
-              "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
-              "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-              "DNS:kubernetes.default.svc.cluster.local\n")
-        client_ext = ("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                      "extendedKeyUsage=clientAuth\n")
+        issue(
+            "apiserver",
+            "/CN=kube-apiserver",
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
+            "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+            "DNS:kubernetes.default.svc.cluster.local\n",
+        )
+        client_ext = (
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
         issue("admin", "/O=system:masters/CN=slotune-admin", client_ext)
         issue("kube-controller-manager", "/CN=system:kube-controller-manager", client_ext)
         # ServiceAccount token signing key.
-        _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                 "-out", "sa.key", cwd=p)
+        _openssl(
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            "sa.key",
+            cwd=p,
+        )
         _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=p)
         # Static token (a second way to be cluster-admin).
-        (p / "tokens.csv").write_text(f'{self.admin_token},slotune-admin-token,admin-token-uid,"system:masters"\n')
+        (p / "tokens.csv").write_text(
+            f'{self.admin_token},slotune-admin-token,admin-token-uid,"system:masters"\n'
+        )
 
-        write_kubeconfig(self.admin_kubeconfig, self.server, self.ca_file, user="slotune-admin",
-                         cert_file=p / "admin.crt", key_file=p / "admin.key")
-        write_kubeconfig(self.work_dir / "kube-controller-manager.kubeconfig", self.server,
-                         self.ca_file, user="system:kube-controller-manager",
-                         cert_file=p / "kube-controller-manager.crt",
-                         key_file=p / "kube-controller-manager.key")
+        write_kubeconfig(
+            self.admin_kubeconfig,
+            self.server,
+            self.ca_file,
+            user="slotune-admin",
+            cert_file=p / "admin.crt",
+            key_file=p / "admin.key",
+        )
+        write_kubeconfig(
+            self.work_dir / "kube-controller-manager.kubeconfig",
+            self.server,
+            self.ca_file,
+            user="system:kube-controller-manager",
+            cert_file=p / "kube-controller-manager.crt",
+            key_file=p / "kube-controller-manager.key",
+        )
 
     # -- processes ------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = self.work_dir / f"{name}.log"
-        with open(log, "ab") as fh:
+        with log.open("ab") as fh:
             proc = subprocess.Popen(
                 [str(self.bin_dir / name), *args],
                 stdout=fh,
@@ -344,23 +414,26 @@ class ControlPlane:
         if data.exists():
             shutil.rmtree(data)
         peer_url = f"http://127.0.0.1:{peer}"
-        self._spawn("etcd", [
-            "--name=default",
-            f"--data-dir={data}",
-            f"--listen-client-urls={self.etcd_url}",
-            f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=default={peer_url}",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
 
     def _wait_etcd(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             self._check_alive()
             try:
-                with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as r:
+                with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as r:  # noqa: S310 - our http(s) URL
                     if json.loads(r.read()).get("health") == "true":
                         return
             except (OSError, ValueError):
@@ -370,27 +443,30 @@ class ControlPlane:
 
     def _start_apiserver(self, port: int) -> None:
         p = self.pki
-        self._spawn("kube-apiserver", [
-            f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={p / 'apiserver.crt'}",
-            f"--tls-private-key-file={p / 'apiserver.key'}",
-            f"--client-ca-file={p / 'ca.crt'}",
-            f"--token-auth-file={p / 'tokens.csv'}",
-            "--authorization-mode=Node,RBAC",
-            f"--service-account-key-file={p / 'sa.pub'}",
-            f"--service-account-signing-key-file={p / 'sa.key'}",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--allow-privileged=true",
-            "--enable-priority-and-fairness=false",
-            # 127.0.0.1 is not a valid Endpoints address; no kubelets need it anyway.
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-            f"--cert-dir={self.work_dir / 'apiserver-certs'}",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={p / 'apiserver.crt'}",
+                f"--tls-private-key-file={p / 'apiserver.key'}",
+                f"--client-ca-file={p / 'ca.crt'}",
+                f"--token-auth-file={p / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-key-file={p / 'sa.pub'}",
+                f"--service-account-signing-key-file={p / 'sa.key'}",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                # 127.0.0.1 is not a valid Endpoints address; no kubelets need it anyway.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+            ],
+        )
 
     def _ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
@@ -399,7 +475,7 @@ class ControlPlane:
 
     def _get(self, path: str, ctx: ssl.SSLContext) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(self.server + path, context=ctx, timeout=5) as r:
+            with urllib.request.urlopen(self.server + path, context=ctx, timeout=5) as r:  # noqa: S310
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
@@ -433,28 +509,33 @@ class ControlPlane:
                 except OSError:
                     pass
                 if time.monotonic() >= deadline:
-                    name = "kube-controller-manager" if "serviceaccounts" in path else "kube-apiserver"
+                    name = (
+                        "kube-controller-manager" if "serviceaccounts" in path else "kube-apiserver"
+                    )
                     raise self._timeout(path, name)
                 time.sleep(0.5)
 
     def _start_controller_manager(self, port: int) -> None:
         p = self.pki
         kubeconfig = self.work_dir / "kube-controller-manager.kubeconfig"
-        self._spawn("kube-controller-manager", [
-            f"--kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={self.work_dir / 'kcm-certs'}",
-            "--controllers=*",
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={p / 'sa.key'}",
-            f"--root-ca-file={p / 'ca.crt'}",
-            f"--cluster-signing-cert-file={p / 'ca.crt'}",
-            f"--cluster-signing-key-file={p / 'ca.key'}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--leader-elect=false",
-            "--profiling=false",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.work_dir / 'kcm-certs'}",
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={p / 'sa.key'}",
+                f"--root-ca-file={p / 'ca.crt'}",
+                f"--cluster-signing-cert-file={p / 'ca.crt'}",
+                f"--cluster-signing-key-file={p / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--leader-elect=false",
+                "--profiling=false",
+            ],
+        )
 
 
 # --------------------------------------------------------------------------
@@ -462,8 +543,14 @@ class ControlPlane:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Run a local Kubernetes control plane until SIGINT/SIGTERM.")
-    ap.add_argument("--bin-dir", type=Path, help="default: $SLOTUNE_K8S_BIN or the build script's cache dir (built if missing)")
+    ap = argparse.ArgumentParser(
+        description="Run a local Kubernetes control plane until SIGINT/SIGTERM."
+    )
+    ap.add_argument(
+        "--bin-dir",
+        type=Path,
+        help="default: $SLOTUNE_K8S_BIN or the build script's cache dir (built if missing)",
+    )
     ap.add_argument("--work-dir", type=Path, help="default: a new temp dir")
     ap.add_argument("--no-controller-manager", action="store_true")
     ap.add_argument("--timeout", type=float, default=120)
@@ -481,12 +568,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"export KUBECONFIG={cp.admin_kubeconfig}", flush=True)
         print(f"export PATH={cp.bin_dir}:$PATH", flush=True)
-        print(f"# server {cp.server}; logs in {work_dir}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        print(
+            f"# server {cp.server}; logs in {work_dir}; Ctrl-C to stop", file=sys.stderr, flush=True
+        )
         while not stop.wait(1):
             for name, proc, log in cp._procs:
                 if proc.poll() is not None:
-                    print(f"{name} exited ({proc.returncode}); tail of {log}:\n{_tail(log)}",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"{name} exited ({proc.returncode}); tail of {log}:\n{_tail(log)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return 1
     finally:
         cp.stop()

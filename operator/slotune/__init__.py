@@ -1,0 +1,1 @@
+"""slotune: deploy vLLM on Kubernetes and tune its engine until latency SLOs hold."""

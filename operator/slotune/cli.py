@@ -1,0 +1,145 @@
+"""The `slotune` command line: the operator, CRD generation, and offline checks of files.
+
+`slotune validate` and `slotune render` let a GitOps pipeline check an LLMDeployment (schema
+and vLLM rules) and see the objects it becomes, before anything reaches a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from slotune import crdgen, models, render
+from slotune.reconcile import parse_spec, validation_problems
+
+DEFAULT_CRD_DIR = Path("crds")
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    with path.open() as handle:
+        return [doc for doc in yaml.safe_load_all(handle) if doc]
+
+
+def _load_deployments(path: Path) -> tuple[list[models.LLMDeployment], list[str]]:
+    found: list[models.LLMDeployment] = []
+    problems: list[str] = []
+    for index, doc in enumerate(_documents(path)):
+        if doc.get("kind") != models.KIND:
+            continue
+        where = f"{path}#{index}"
+        try:
+            deployment = models.LLMDeployment.model_validate(doc)
+        except ValidationError as error:
+            problems += [f"{where}: {p}" for p in validation_problems(error, prefix="")]
+            continue
+        _, rule_problems = parse_spec(doc.get("spec") or {})
+        problems += [f"{where}: {p}" for p in rule_problems]
+        found.append(deployment)
+    return found, problems
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    if args.action == "generate":
+        path = crdgen.generate(args.dir)
+        print(f"Wrote {path}")
+        return 0
+    problems = crdgen.check(args.dir)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        print(f"{args.dir / crdgen.CRD_FILE} matches the models")
+    return 1 if problems else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    failed = False
+    for path in args.files:
+        deployments, problems = _load_deployments(path)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        failed = failed or bool(problems)
+        if not problems:
+            print(f"{path}: {len(deployments)} LLMDeployment(s) valid")
+    return 1 if failed else 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    deployments, problems = _load_deployments(args.file)
+    if problems:
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1
+    out: list[dict[str, Any]] = []
+    for deployment in deployments:
+        owner = render.Owner(
+            name=deployment.metadata.name,
+            namespace=deployment.metadata.namespace,
+            uid=deployment.metadata.uid or "00000000-0000-0000-0000-000000000000",
+        )
+        out += render.render_children(
+            owner, deployment.spec, pod_monitor_crd_present=args.pod_monitor
+        )
+    print(yaml.safe_dump_all(out, sort_keys=False), end="")
+    return 0
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from slotune import handlers  # noqa: PLC0415 - Kopf is loaded only to run the operator
+
+    handlers.run(
+        namespaces=args.namespace or [],
+        kubeconfig=args.kubeconfig,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="slotune", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    operator = commands.add_parser("operator", help="run the operator")
+    operator.add_argument(
+        "--namespace", action="append", help="watch only this namespace (repeatable)"
+    )
+    operator.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or ~/.kube)")
+    operator.add_argument(
+        "--liveness",
+        default=None,
+        help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz",
+    )
+    operator.set_defaults(func=cmd_operator)
+
+    crds = commands.add_parser("crds", help="generate or check the CRD YAML")
+    crds.add_argument("action", choices=["generate", "check"])
+    crds.add_argument("--dir", type=Path, default=DEFAULT_CRD_DIR)
+    crds.set_defaults(func=cmd_crds)
+
+    validate = commands.add_parser(
+        "validate", help="check LLMDeployment files against the API and vLLM's rules"
+    )
+    validate.add_argument("files", type=Path, nargs="+")
+    validate.set_defaults(func=cmd_validate)
+
+    render_cmd = commands.add_parser("render", help="print the objects an LLMDeployment becomes")
+    render_cmd.add_argument("file", type=Path)
+    render_cmd.add_argument(
+        "--pod-monitor", action="store_true", help="render as if the PodMonitor CRD exists"
+    )
+    render_cmd.set_defaults(func=cmd_render)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Knowledge of inference engines (vLLM) as plain data."""

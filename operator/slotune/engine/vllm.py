@@ -1,0 +1,389 @@
+"""What slotune knows of vLLM: the tuned flags, their validity rules, and argument rendering.
+
+Everything here is plain data and pure functions, so the rules can be tested without an
+engine and checked *before* a configuration is launched (a crash is the expensive way to learn
+that `--block-size 8` is invalid on FlashAttention). Facts come from vLLM's own source for the
+pinned version; the set of flags its `vllm serve` parser accepts is dumped from that parser by
+`scripts/dump-vllm-flags.py` into `vllm_flags/<version>.txt`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from slotune.models import AttentionBackend, EngineArgs
+
+PINNED_VERSION = "0.32.0"
+DEFAULT_PORT = 8000
+
+
+@dataclass(frozen=True)
+class TunedFlag:
+    """A vLLM flag slotune sets from a typed field of `spec.engine.args`."""
+
+    field: str
+    flag: str
+    spec_name: str
+    aliases: tuple[str, ...] = ()
+    negative: str | None = None
+
+    def spellings(self) -> tuple[str, ...]:
+        """Every spelling vLLM's parser maps onto this setting."""
+        names = (self.flag, *self.aliases)
+        return names if self.negative is None else (*names, self.negative)
+
+
+TUNED_FLAGS: tuple[TunedFlag, ...] = (
+    TunedFlag("max_num_batched_tokens", "--max-num-batched-tokens", "maxNumBatchedTokens"),
+    TunedFlag("block_size", "--block-size", "blockSize"),
+    TunedFlag(
+        "gpu_memory_utilization",
+        "--gpu-memory-utilization",
+        "gpuMemoryUtilization",
+        aliases=("--device-memory-utilization",),
+    ),
+    TunedFlag("max_num_seqs", "--max-num-seqs", "maxNumSeqs"),
+    TunedFlag("max_model_len", "--max-model-len", "maxModelLen"),
+    TunedFlag(
+        "enable_prefix_caching",
+        "--enable-prefix-caching",
+        "enablePrefixCaching",
+        aliases=("--disable-prefix-caching",),
+        negative="--no-enable-prefix-caching",
+    ),
+    TunedFlag("kv_cache_dtype", "--kv-cache-dtype", "kvCacheDtype"),
+)
+
+# Flags the operator itself owns: they wire the engine to the pod, the Service and Prometheus.
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "set spec.model.name",
+    "--served-model-name": "set spec.model.servedName",
+    "--host": "the operator binds the engine to all addresses",
+    "--port": f"the operator serves on port {DEFAULT_PORT}, named http",
+    "--uds": "the operator serves over TCP so the Service and probes reach the engine",
+    "--disable-log-stats": "it switches off every vllm:* metric slotune measures the SLO with",
+    "--tensor-parallel-size": "set spec.resources.gpus",
+    "-tp": "set spec.resources.gpus",
+    "--load-format": "set spec.model.source",
+    "--download-dir": "set spec.model.source",
+}
+
+# Flags that appear in tuning articles or older releases but that this vLLM does not accept
+# (its parser exits with "unrecognized arguments"), each with the real equivalent.
+NONEXISTENT_FLAGS: dict[str, str] = {
+    "--chunked-prefill-size": "that is SGLang's flag; in vLLM the chunked-prefill budget is "
+    "--max-num-batched-tokens (spec.engine.args.maxNumBatchedTokens), the per-request cap "
+    "--long-prefill-token-threshold",
+    "--swap-space": "removed from vLLM (V1 preempts by recompute, never swaps); for KV-cache "
+    "offload to CPU use --kv-offloading-size",
+    "--tokenizer-pool-size": "removed from vLLM with the V0 tokenizer pool; use "
+    "--renderer-num-workers or --api-server-count",
+    "--tokenizer-pool-type": "removed from vLLM with the V0 tokenizer pool; use "
+    "--renderer-num-workers or --api-server-count",
+    "--tokenizer-pool-extra-config": "removed from vLLM with the V0 tokenizer pool; use "
+    "--renderer-num-workers or --api-server-count",
+    "--tokenizer-cache-size": "vLLM has no tokenizer cache; prefix caching "
+    "(spec.engine.args.enablePrefixCaching) caches KV blocks",
+    "--tokenizer-cache-ttl": "vLLM has no tokenizer cache; prefix caching "
+    "(spec.engine.args.enablePrefixCaching) caches KV blocks",
+    "--max-paddings": "removed in early vLLM; CUDA-graph padding follows "
+    "--cudagraph-capture-sizes / --max-cudagraph-capture-size",
+    "--max-num-partial-prefills": "removed from vLLM (the V1 scheduler never enforced it); "
+    "use --long-prefill-token-threshold",
+    "--max-long-partial-prefills": "removed from vLLM (the V1 scheduler never enforced it); "
+    "use --long-prefill-token-threshold",
+    "--profile": "not a vLLM serve flag (vLLM would read it as --profiler-config); use "
+    "--profiler-config",
+    "--moe-enable-expert-parallelism": "use --enable-expert-parallel",
+    "--moe-expert-parallel-size": "vLLM derives the expert-parallel size from TP x DP; "
+    "use --enable-expert-parallel",
+    "--moe-num-experts-per-token": "top-k is a property of the model; use --hf-overrides",
+    "--moe-router-type": "routing is defined by the model; see --moe-backend",
+    "--moe-enable-expert-caching": "vLLM has no expert cache; see --cpu-offload-gb",
+    "--moe-expert-cache-size": "vLLM has no expert cache; see --cpu-offload-gb",
+    "--moe-cache-type": "vLLM has no expert cache; see --cpu-offload-gb",
+}
+
+
+@dataclass(frozen=True)
+class BlockSizeRule:
+    """Block sizes an attention backend's kernels accept."""
+
+    multiple_of: int | None = None
+    one_of: tuple[int, ...] = ()
+
+    def accepts(self, size: int) -> bool:
+        if self.multiple_of is not None:
+            return size % self.multiple_of == 0
+        return size in self.one_of
+
+    def describe(self) -> str:
+        if self.multiple_of is not None:
+            return f"a multiple of {self.multiple_of}"
+        return "one of " + ", ".join(str(s) for s in self.one_of)
+
+
+BLOCK_SIZE_RULES: dict[str, BlockSizeRule] = {
+    "FLASH_ATTN": BlockSizeRule(multiple_of=16),
+    "TRITON_ATTN": BlockSizeRule(multiple_of=16),
+    "FLEX_ATTENTION": BlockSizeRule(multiple_of=16),
+    "FLASHINFER": BlockSizeRule(one_of=(16, 32, 64)),
+    "CPU_ATTN": BlockSizeRule(multiple_of=32),
+}
+
+_BASE_KV_DTYPES = ("auto", "float16", "bfloat16")
+KV_CACHE_DTYPES: dict[str, tuple[str, ...]] = {
+    "FLASH_ATTN": (*_BASE_KV_DTYPES, "fp8", "fp8_e4m3"),
+    "FLASHINFER": (*_BASE_KV_DTYPES, "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4", "nvfp4_4over6"),
+    "TRITON_ATTN": (
+        *_BASE_KV_DTYPES,
+        "fp8",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "fp8_per_token_head",
+    ),
+    "FLEX_ATTENTION": _BASE_KV_DTYPES,
+    "CPU_ATTN": (*_BASE_KV_DTYPES, "fp8", "fp8_e4m3", "fp8_e5m2"),
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rule a configuration breaks, with the spec field to fix."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@cache
+def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
+    """Every option string vLLM's `serve` parser accepts, dumped from the real parser."""
+    table = resources.files("slotune.engine").joinpath("vllm_flags", f"{version}.txt")
+    return frozenset(
+        line.strip()
+        for line in table.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+
+
+def supported_versions() -> list[str]:
+    folder = resources.files("slotune.engine").joinpath("vllm_flags")
+    return sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
+
+
+def version_of_image(image: str) -> str:
+    """The vLLM version whose flag table applies to an image (`…:v0.32.0` → 0.32.0)."""
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
+    if match and match.group(1) in supported_versions():
+        return match.group(1)
+    return PINNED_VERSION
+
+
+def _tuned_by_spelling() -> dict[str, TunedFlag]:
+    return {spelling: flag for flag in TUNED_FLAGS for spelling in flag.spellings()}
+
+
+def _normalise(option: str) -> str:
+    """vLLM accepts `--max_num_seqs` for `--max-num-seqs`; compare in the dashed form."""
+    if option.startswith("--"):
+        return "--" + option[2:].replace("_", "-")
+    return option
+
+
+def _is_value(token: str) -> bool:
+    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
+
+
+def extra_flags(extra_args: list[str]) -> list[tuple[int, str]]:
+    """The option names in a pass-through argument list, with their index."""
+    found = []
+    for index, token in enumerate(extra_args):
+        if _is_value(token):
+            continue
+        found.append((index, _normalise(token.split("=", 1)[0])))
+    return found
+
+
+def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> list[Violation]:
+    """Problems with `spec.engine.extraArgs`, each naming the fix."""
+    problems: list[Violation] = []
+    tuned = _tuned_by_spelling()
+    known = known_flags(version)
+    if extra_args and _is_value(extra_args[0]):
+        problems.append(
+            Violation(
+                "spec.engine.extraArgs[0]",
+                f"{extra_args[0]!r} is a value with no flag before it; "
+                "the model is set by spec.model.name",
+            )
+        )
+    for index, option in extra_flags(extra_args):
+        where = f"spec.engine.extraArgs[{index}]"
+        if option in tuned:
+            flag = tuned[option]
+            problems.append(
+                Violation(
+                    where,
+                    f"{option} is a tuned setting; set spec.engine.args.{flag.spec_name} "
+                    "instead of passing it in extraArgs",
+                )
+            )
+        elif option in MANAGED_FLAGS:
+            problems.append(
+                Violation(where, f"{option} is managed by slotune: {MANAGED_FLAGS[option]}")
+            )
+        elif option in NONEXISTENT_FLAGS:
+            problems.append(
+                Violation(
+                    where,
+                    f"{option} does not exist in vLLM {version}: {NONEXISTENT_FLAGS[option]}",
+                )
+            )
+        elif option in known or _is_dotted_json_option(option, known) or _is_opt_level(option):
+            continue
+        else:
+            completions = sorted(f for f in known if f.startswith(option) and f.startswith("--"))
+            if completions:
+                hint = (
+                    f"vLLM would silently read it as {completions[0]}; write the full name"
+                    if len(completions) == 1
+                    else "it is only the start of " + ", ".join(completions[:4])
+                )
+                problems.append(Violation(where, f"{option} is not a full vLLM flag name: {hint}"))
+            else:
+                problems.append(
+                    Violation(
+                        where,
+                        f"{option} is not a flag of vLLM {version} (vLLM exits with "
+                        "'unrecognized arguments'); check the name against `vllm serve --help`",
+                    )
+                )
+    return problems
+
+
+def _is_dotted_json_option(option: str, known: frozenset[str]) -> bool:
+    """`-cc.mode=3` / `--compilation-config.mode`: dotted keys of a JSON-valued option."""
+    head = option.split(".", 1)[0]
+    return "." in option and head in known
+
+
+def _is_opt_level(option: str) -> bool:
+    return re.fullmatch(r"-O[0-3]?", option) is not None
+
+
+def check_args(args: EngineArgs, backend: AttentionBackend) -> list[Violation]:
+    """Rules on the typed settings that vLLM would otherwise find by failing to start."""
+    problems: list[Violation] = []
+    if (
+        args.max_num_batched_tokens is not None
+        and args.max_num_seqs is not None
+        and args.max_num_batched_tokens < args.max_num_seqs
+    ):
+        problems.append(
+            Violation(
+                "spec.engine.args.maxNumBatchedTokens",
+                f"{args.max_num_batched_tokens} is below maxNumSeqs {args.max_num_seqs}; "
+                "vLLM needs max-num-batched-tokens >= max-num-seqs",
+            )
+        )
+    rule = BLOCK_SIZE_RULES[backend]
+    if args.block_size is not None and not rule.accepts(args.block_size):
+        problems.append(
+            Violation(
+                "spec.engine.args.blockSize",
+                f"{args.block_size} is not valid on {backend}: it must be {rule.describe()}",
+            )
+        )
+    if args.kv_cache_dtype is not None and args.kv_cache_dtype not in KV_CACHE_DTYPES[backend]:
+        problems.append(
+            Violation(
+                "spec.engine.args.kvCacheDtype",
+                f"{args.kv_cache_dtype} is not supported by {backend}; use one of "
+                + ", ".join(KV_CACHE_DTYPES[backend]),
+            )
+        )
+    return problems
+
+
+def check_config(
+    args: EngineArgs,
+    extra_args: list[str],
+    backend: AttentionBackend,
+    version: str = PINNED_VERSION,
+) -> list[Violation]:
+    """Every known rule, checked before anything is launched."""
+    problems = check_args(args, backend) + check_extra_args(extra_args, version)
+    disables_chunking = any(
+        flag in ("--disable-chunked-prefill", "--no-enable-chunked-prefill")
+        for _, flag in extra_flags(extra_args)
+    )
+    if (
+        disables_chunking
+        and args.max_num_batched_tokens is not None
+        and args.max_model_len is not None
+        and args.max_num_batched_tokens < args.max_model_len
+    ):
+        problems.append(
+            Violation(
+                "spec.engine.args.maxNumBatchedTokens",
+                "with chunked prefill disabled it must be at least maxModelLen "
+                f"({args.max_model_len}); vLLM refuses to start otherwise",
+            )
+        )
+    return problems
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+
+
+def render_tuned_args(args: EngineArgs) -> list[str]:
+    """The typed settings as vLLM flags, always in full-name form and a stable order."""
+    rendered: list[str] = []
+    explicit = args.explicit()
+    for flag in TUNED_FLAGS:
+        if flag.field not in explicit:
+            continue
+        value = explicit[flag.field]
+        if isinstance(value, bool):
+            rendered.append(flag.flag if value else str(flag.negative))
+        else:
+            rendered += [flag.flag, _render_value(value)]
+    return rendered
+
+
+def render_serve_args(
+    model: str,
+    served_name: str,
+    args: EngineArgs,
+    extra_args: list[str],
+    *,
+    tensor_parallel_size: int = 1,
+    port: int = DEFAULT_PORT,
+) -> list[str]:
+    """The whole argument list after `python -m vllm.entrypoints.openai.api_server`."""
+    rendered = [
+        "--model",
+        model,
+        "--served-model-name",
+        served_name,
+        "--host",
+        "0.0.0.0",  # noqa: S104 - the engine serves the pod's network, reached via the Service
+        "--port",
+        str(port),
+    ]
+    if tensor_parallel_size > 1:
+        rendered += ["--tensor-parallel-size", str(tensor_parallel_size)]
+    return rendered + render_tuned_args(args) + list(extra_args)

@@ -1,0 +1,156 @@
+"""The Kopf edge: the only module that imports `kopf`.
+
+Every trigger — create, resume after a restart, spec update, the periodic timer, and any
+change to an owned Deployment or Service (drift, deletion, readiness) — runs the same
+level-based `reconcile.reconcile`. Kopf keeps its own bookkeeping in `slotune.dev/`
+annotations; slotune's state lives in `status`, written by `reconcile` itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+
+from slotune import models, render
+from slotune.kube import Kube, KubeError, Ref, load_api_client
+from slotune.reconcile import Outcome, reconcile
+
+# How often every LLMDeployment is reconciled even when nothing changed.
+RESYNC_SECONDS = float(os.environ.get("SLOTUNE_RESYNC_SECONDS", "30"))
+Clock = Callable[[], datetime]
+KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
+
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_state: dict[str, Any] = {"clock": lambda: datetime.now(UTC), "kubeconfig": None}
+
+
+def _kube(memo: Any) -> Kube:
+    if getattr(memo, "kube", None) is None:
+        memo.kube = Kube(load_api_client(_state["kubeconfig"]))
+    kube: Kube = memo.kube
+    return kube
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **_: Any) -> None:
+    """Keeps Kopf's bookkeeping out of `status` and its log lines out of the event stream."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=models.GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 120
+    _kube(memo)
+    logger.info("Started the slotune operator")
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod, the ServiceAccount; elsewhere, the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(
+        **kwargs
+    ) or kopf.login_with_kubeconfig(**kwargs)
+    return info
+
+
+def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
+    meta = body["metadata"]
+    kube = _kube(memo)
+    ref = Ref(models.API_VERSION, models.KIND, meta["namespace"], meta["name"])
+    with _locks[(meta["namespace"], meta["name"])]:
+        try:
+            # Several triggers may queue up behind the lock: each reads the object afresh, so
+            # none of them computes from a status an earlier one has already replaced.
+            fresh = kube.get(ref)
+            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                return Outcome(status=models.LLMDeploymentStatus())
+            now = _state["clock"]().replace(microsecond=0)
+            outcome = reconcile(fresh, kube, now)
+        except KubeError as exc:
+            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=10) from exc
+    for event in outcome.events:
+        kopf.event(
+            kopf.Body(cast(kopf.RawBody, fresh)),
+            type=event.type,
+            reason=event.reason,
+            message=event.message,
+        )
+    if outcome.status_written:
+        logger.info(
+            "Updated status of %s/%s: phase %s",
+            meta["namespace"],
+            meta["name"],
+            outcome.status.phase,
+        )
+    return outcome
+
+
+@kopf.on.resume(models.GROUP, models.VERSION, models.PLURAL)
+@kopf.on.create(models.GROUP, models.VERSION, models.PLURAL)
+@kopf.on.update(models.GROUP, models.VERSION, models.PLURAL)
+def reconcile_llm_deployment(body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any) -> None:
+    """Creates or corrects the children; an unservable spec fails permanently until edited."""
+    outcome = _run(dict(body), memo, logger)
+    if outcome.invalid is not None:
+        raise kopf.PermanentError(f"Invalid spec: {outcome.invalid}")
+
+
+@kopf.timer(models.GROUP, models.VERSION, models.PLURAL, interval=RESYNC_SECONDS, idle=None)
+def resync(body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any) -> None:
+    """Periodic level-based pass: refreshes status and repairs anything the watches missed."""
+    _run(dict(body), memo, logger)
+
+
+def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger) -> None:
+    labels = body.metadata.labels or {}
+    owner_name = labels.get(render.LABEL_OWNER)
+    namespace = body.metadata.namespace
+    if not owner_name or not namespace:
+        return
+    _run({"metadata": {"namespace": namespace, "name": owner_name}}, memo, logger)
+
+
+_CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY}
+
+
+@kopf.on.event("apps/v1", "deployments", labels=_CHILD_LABELS)
+@kopf.on.event("v1", "services", labels=_CHILD_LABELS)
+def on_child_event(
+    event: kopf.RawEvent, body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any
+) -> None:
+    """A child changed, was edited by hand or deleted: reconcile its LLMDeployment."""
+    if event.get("type") is None:  # the initial listing; resume handles those
+        return
+    try:
+        _reconcile_owner(body, memo, logger)
+    except kopf.TemporaryError as exc:
+        logger.warning("Could not reconcile the owner of %s yet: %s", body.metadata.name, exc)
+
+
+def run(
+    *,
+    namespaces: list[str],
+    kubeconfig: str | None = None,
+    liveness_endpoint: str | None = None,
+    clock: Clock | None = None,
+) -> None:
+    """Runs the operator until it is stopped (SIGINT/SIGTERM)."""
+    _state["kubeconfig"] = kubeconfig
+    if clock is not None:
+        _state["clock"] = clock
+    if kubeconfig is not None:
+        os.environ["KUBECONFIG"] = kubeconfig  # Kopf's own login reads it
+    kopf.configure(verbose=False)
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=liveness_endpoint,
+    )

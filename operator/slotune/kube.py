@@ -1,0 +1,187 @@
+"""The only module that talks to the Kubernetes API (through the official client).
+
+It knows a handful of kinds by their REST paths, applies objects with server-side apply under
+slotune's fixed field manager, and turns client errors into `KubeError` so nothing above this
+layer imports `kubernetes`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from slotune import models
+
+FIELD_MANAGER = "slotune"
+
+# kind → (plural, namespaced)
+PLURALS: dict[str, str] = {
+    "Deployment": "deployments",
+    "Service": "services",
+    "PodMonitor": "podmonitors",
+    "Pod": "pods",
+    "ConfigMap": "configmaps",
+    models.KIND: models.PLURAL,
+}
+
+
+class KubeError(Exception):
+    """An error answer from the API server (or no answer at all)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def rejected(self) -> bool:
+        """The server refused the object itself (validation), not the moment or the caller."""
+        return self.status in (400, 422)
+
+
+def _error(exc: ApiException) -> KubeError:
+    message = str(exc.reason)
+    try:
+        body = json.loads(exc.body or "{}")
+        message = body.get("message", message)
+    except (TypeError, ValueError):
+        pass
+    return KubeError(int(exc.status or 0), str(exc.reason), message)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Enough to address one namespaced object."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> Ref:
+        meta = obj["metadata"]
+        return cls(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+
+    def path(self, subresource: str | None = None) -> str:
+        base = "/api" if "/" not in self.api_version else "/apis"
+        path = f"{base}/{self.api_version}/namespaces/{self.namespace}/{PLURALS[self.kind]}"
+        path += f"/{self.name}"
+        return path if subresource is None else f"{path}/{subresource}"
+
+
+def load_api_client(kubeconfig: str | None = None) -> ApiClient:
+    """A client from the in-cluster ServiceAccount, or from a kubeconfig file."""
+    if kubeconfig is None:
+        try:
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return ApiClient()
+        except kubernetes.config.ConfigException:
+            pass
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=configuration
+    )
+    return ApiClient(configuration)
+
+
+class Kube:
+    """Typed access to the few API operations the operator needs."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        query: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method,
+            path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(*request, _request_timeout=30)
+        except ApiException as exc:
+            raise _error(exc) from exc
+        except (OSError, urllib3.exceptions.HTTPError) as exc:  # no answer from the server
+            raise KubeError(0, "Unreachable", str(exc)) from exc
+        data = response.read()  # type: ignore[no-untyped-call]
+        if response.status >= 400:
+            raise _error(ApiException(status=response.status, reason=response.reason, body=data))
+        return json.loads(data) if data else None
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            result: dict[str, Any] = self._call("GET", ref.path())
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return result
+
+    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        """Server-side apply under slotune's field manager, taking back fields others changed."""
+        result: dict[str, Any] = self._call(
+            "PATCH",
+            Ref.of(obj).path(subresource),
+            body=obj,
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+        return result
+
+    def delete(self, ref: Ref) -> bool:
+        """Deletes the object; False when it was already gone."""
+        try:
+            self._call("DELETE", ref.path(), query=[("propagationPolicy", "Background")])
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Applies an LLMDeployment's whole status through the status subresource."""
+        return self.apply(
+            {
+                "apiVersion": models.API_VERSION,
+                "kind": models.KIND,
+                "metadata": {"name": name, "namespace": namespace},
+                "status": status,
+            },
+            subresource="status",
+        )
+
+    def has_api(self, group_version: str, plural: str) -> bool:
+        """Whether the server serves a resource (e.g. the Prometheus Operator's CRDs)."""
+        try:
+            listing = self._call("GET", f"/apis/{group_version}")
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return any(r.get("name") == plural for r in (listing or {}).get("resources", []))

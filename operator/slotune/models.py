@@ -1,0 +1,696 @@
+"""The LLMDeployment API: pydantic models for spec and status.
+
+These models are the single source of truth for the API. The CRD in `crds/` is generated
+from them (`slotune crds generate`), and the cross-field rules the API server enforces at
+`kubectl apply` time (CEL, `x-kubernetes-validations`) are declared here beside the Python
+validators that check the same thing for local files.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+GROUP = "slotune.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LLMDeployment"
+PLURAL = "llmdeployments"
+SINGULAR = "llmdeployment"
+SHORT_NAMES = ["llmd"]
+
+DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
+
+_DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
+Duration = Annotated[
+    str,
+    Field(pattern=_DURATION.pattern, json_schema_extra={"example": "5m"}),
+]
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    """One CEL rule for `x-kubernetes-validations`, enforced by the API server."""
+    entry: JsonDict = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class ApiModel(BaseModel):
+    """Base for every API object: camelCase on the wire, unknown fields are an error."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+# --- model source -------------------------------------------------------------------------
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the LLMDeployment's namespace."""
+
+    name: str = Field(min_length=1, description="Name of the Secret.")
+    key: str = Field(default="token", min_length=1, description="Key inside the Secret.")
+
+
+class HuggingFaceSource(ApiModel):
+    """Download the model from the Hugging Face Hub inside the pod."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret holding a Hub token, for gated or private models."
+    )
+
+
+class PvcSource(ApiModel):
+    """Serve the model from a PersistentVolumeClaim that already holds it."""
+
+    claim_name: str = Field(min_length=1, description="Name of the PersistentVolumeClaim.")
+    path: str = Field(
+        default="",
+        description="Folder of the model inside the volume; empty for the volume's root.",
+    )
+
+
+class ModelSource(ApiModel):
+    """Where the weights come from: exactly one of huggingFace or pvc."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "[has(self.huggingFace), has(self.pvc)].exists_one(x, x)",
+                    "set exactly one of model.source.huggingFace or model.source.pvc",
+                )
+            ]
+        }
+    )
+
+    hugging_face: HuggingFaceSource | None = None
+    pvc: PvcSource | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        if (self.hugging_face is None) == (self.pvc is None):
+            raise ValueError("set exactly one of model.source.huggingFace or model.source.pvc")
+        return self
+
+
+class ModelSpec(ApiModel):
+    """The model to serve."""
+
+    name: str = Field(
+        min_length=1,
+        description="Hugging Face model id (e.g. meta-llama/Llama-3.1-8B-Instruct).",
+    )
+    served_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Name clients use in requests, and the model_name label on vLLM metrics; "
+        "defaults to the LLMDeployment's name.",
+    )
+    source: ModelSource = Field(
+        default_factory=lambda: ModelSource(hugging_face=HuggingFaceSource()),
+        description="Where the weights come from.",
+    )
+
+
+# --- engine -------------------------------------------------------------------------------
+
+KvCacheDtype = Literal[
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "octave_k3v4",
+    "octave_k3v3",
+    "octave_k3v3_compact",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+]
+
+
+class EngineArgs(ApiModel):
+    """The vLLM engine settings slotune knows and tunes; unset means vLLM's own default."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.maxNumBatchedTokens) || !has(self.maxNumSeqs)"
+                    " || self.maxNumBatchedTokens >= self.maxNumSeqs",
+                    "maxNumBatchedTokens must be at least maxNumSeqs (vLLM refuses to start"
+                    " otherwise)",
+                ),
+            ]
+        }
+    )
+
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="Token budget per engine step, also the chunked-prefill chunk budget "
+        "(--max-num-batched-tokens). Larger lowers TTFT, smaller lowers inter-token latency.",
+    )
+    block_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Tokens per KV-cache block (--block-size); a multiple of the attention "
+        "backend's kernel size (16 on FlashAttention).",
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization).",
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, le=65536, description="Sequences per step (--max-num-seqs)."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Context length in tokens (--max-model-len)."
+    )
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="Reuse KV blocks of shared prompt prefixes "
+        "(--enable-prefix-caching / --no-enable-prefix-caching).",
+    )
+    kv_cache_dtype: KvCacheDtype | None = Field(
+        default=None, description="KV-cache data type (--kv-cache-dtype)."
+    )
+
+    @model_validator(mode="after")
+    def _batched_tokens_cover_seqs(self) -> EngineArgs:
+        if (
+            self.max_num_batched_tokens is not None
+            and self.max_num_seqs is not None
+            and self.max_num_batched_tokens < self.max_num_seqs
+        ):
+            raise ValueError(
+                "maxNumBatchedTokens must be at least maxNumSeqs (vLLM refuses to start otherwise)"
+            )
+        return self
+
+    def explicit(self) -> dict[str, Any]:
+        """The settings the user (or a trial) fixed, by Python field name."""
+        return self.model_dump(exclude_none=True)
+
+
+AttentionBackend = Literal["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "CPU_ATTN"]
+
+
+class EngineVar(ApiModel):
+    """An environment variable for the engine container."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = ""
+
+
+class EngineSpec(ApiModel):
+    """The vLLM engine: image, typed settings and pass-through flags."""
+
+    image: str = Field(default=DEFAULT_ENGINE_IMAGE, min_length=1, description="vLLM image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    args: EngineArgs = Field(default_factory=EngineArgs)
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Further vLLM flags, passed as they are. A flag slotune manages (the "
+        "typed args, --model, --port, --host, --served-model-name) is an error here.",
+    )
+    env: list[EngineVar] = Field(default_factory=list, max_length=64)
+    attention_backend: AttentionBackend = Field(
+        default="FLASH_ATTN",
+        description="Attention backend the engine will use; decides which block sizes "
+        "are valid (FLASH_ATTN and TRITON_ATTN: multiples of 16; CPU_ATTN: multiples of 32).",
+    )
+    shm_size: str = Field(
+        default="2Gi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$",
+        description="Size of the shared-memory volume mounted at /dev/shm.",
+    )
+
+
+# --- resources and scheduling -------------------------------------------------------------
+
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+
+
+class ResourceSpec(ApiModel):
+    """What each serving pod gets."""
+
+    gpus: int = Field(default=1, ge=0, le=16, description="GPUs per pod (tensor parallel size).")
+    gpu_resource_name: str = Field(
+        default="nvidia.com/gpu",
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="Extended resource name of the GPU.",
+    )
+    cpu: str | None = Field(default=None, pattern=_QUANTITY, description="CPU request.")
+    memory: str | None = Field(default=None, pattern=_QUANTITY, description="Memory request.")
+
+
+FreeForm = Annotated[
+    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+]
+
+
+class SchedulingSpec(ApiModel):
+    """Pod placement, passed through to the serving pods as written."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[FreeForm] = Field(default_factory=list)
+    affinity: FreeForm = Field(default_factory=dict)
+    priority_class_name: str | None = None
+
+
+# --- SLO ----------------------------------------------------------------------------------
+
+
+class SloTarget(ApiModel):
+    """A latency percentile that must stay under a bound."""
+
+    percentile: float = Field(default=95, gt=0, lt=100, description="e.g. 95 for p95.")
+    max_seconds: float = Field(gt=0, description="Upper bound of that percentile, in seconds.")
+
+
+class SloSpec(ApiModel):
+    """The service-level objectives; every target given must hold."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.ttft) || has(self.tpot) || has(self.itl) || has(self.e2e)",
+                    "give at least one SLO target (ttft, tpot, itl or e2e)",
+                )
+            ]
+        }
+    )
+
+    ttft: SloTarget | None = Field(default=None, description="Time to first token.")
+    tpot: SloTarget | None = Field(default=None, description="Time per output token.")
+    itl: SloTarget | None = Field(default=None, description="Inter-token latency.")
+    e2e: SloTarget | None = Field(
+        default=None, alias="e2e", description="End-to-end request latency."
+    )
+    window: Duration = Field(default="5m", description="Window the SLO is judged over.")
+
+    @model_validator(mode="after")
+    def _some_target(self) -> SloSpec:
+        if not self.targets():
+            raise ValueError("give at least one SLO target (ttft, tpot, itl or e2e)")
+        return self
+
+    def targets(self) -> dict[str, SloTarget]:
+        """The targets that are set, by metric name."""
+        found = {"ttft": self.ttft, "tpot": self.tpot, "itl": self.itl, "e2e": self.e2e}
+        return {name: target for name, target in found.items() if target is not None}
+
+
+# --- tuning -------------------------------------------------------------------------------
+
+
+class IntRange(ApiModel):
+    """An integer range to search, or a list of values."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.min) || !has(self.max) || self.min <= self.max",
+                    "min must not exceed max",
+                ),
+                cel(
+                    "!(has(self.values) && (has(self.min) || has(self.max)))",
+                    "give either values or min/max, not both",
+                ),
+            ]
+        }
+    )
+
+    min: int | None = Field(default=None, ge=1)
+    max: int | None = Field(default=None, ge=1)
+    values: list[int] | None = Field(default=None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IntRange:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min must not exceed max")
+        if self.values is not None and (self.min is not None or self.max is not None):
+            raise ValueError("give either values or min/max, not both")
+        return self
+
+
+class FloatRange(ApiModel):
+    """A real range to search, or a list of values."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.min) || !has(self.max) || self.min <= self.max",
+                    "min must not exceed max",
+                ),
+                cel(
+                    "!(has(self.values) && (has(self.min) || has(self.max)))",
+                    "give either values or min/max, not both",
+                ),
+            ]
+        }
+    )
+
+    min: float | None = Field(default=None, gt=0, le=1)
+    max: float | None = Field(default=None, gt=0, le=1)
+    values: list[float] | None = Field(default=None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FloatRange:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min must not exceed max")
+        if self.values is not None and (self.min is not None or self.max is not None):
+            raise ValueError("give either values or min/max, not both")
+        return self
+
+
+class SearchSpace(ApiModel):
+    """Narrows (or fixes) the default search ranges of the tuned settings."""
+
+    max_num_batched_tokens: IntRange | None = None
+    block_size: IntRange | None = None
+    gpu_memory_utilization: FloatRange | None = None
+    max_num_seqs: IntRange | None = None
+    enable_prefix_caching: list[bool] | None = Field(default=None, min_length=1, max_length=2)
+    kv_cache_dtype: list[KvCacheDtype] | None = Field(default=None, min_length=1, max_length=8)
+
+
+class LengthDistribution(ApiModel):
+    """Token lengths of requests: a mean with a uniform spread around it."""
+
+    mean: int = Field(ge=1, le=1 << 20)
+    spread: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Lengths drawn uniformly from mean * [1 - spread, 1 + spread].",
+    )
+
+
+class WorkloadSpec(ApiModel):
+    """The load trials are measured under."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.source != 'Synthetic'"
+                    " || (has(self.promptTokens) && has(self.outputTokens)"
+                    " && (has(self.requestRate) || has(self.concurrency)))",
+                    "a Synthetic workload needs promptTokens, outputTokens and a requestRate"
+                    " or a concurrency",
+                ),
+                cel(
+                    "!(has(self.requestRate) && has(self.concurrency))",
+                    "give either requestRate (open loop) or concurrency (closed loop), not both",
+                ),
+            ]
+        }
+    )
+
+    source: Literal["Live", "Synthetic"] = Field(
+        default="Live",
+        description="Live: shaped like the traffic Prometheus saw; Synthetic: as given here.",
+    )
+    prompt_tokens: LengthDistribution | None = None
+    output_tokens: LengthDistribution | None = None
+    request_rate: float | None = Field(
+        default=None, gt=0, description="Poisson arrivals per second (open loop)."
+    )
+    concurrency: int | None = Field(
+        default=None, ge=1, le=4096, description="Requests in flight (closed loop)."
+    )
+    shared_prefix_ratio: float = Field(
+        default=0.0, ge=0, le=1, description="Share of each prompt common to all requests."
+    )
+    duration: Duration = Field(default="60s", description="Measured time per trial.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> WorkloadSpec:
+        if self.source == "Synthetic" and (
+            self.prompt_tokens is None
+            or self.output_tokens is None
+            or (self.request_rate is None and self.concurrency is None)
+        ):
+            raise ValueError(
+                "a Synthetic workload needs promptTokens, outputTokens and a requestRate "
+                "or a concurrency"
+            )
+        if self.request_rate is not None and self.concurrency is not None:
+            raise ValueError(
+                "give either requestRate (open loop) or concurrency (closed loop), not both"
+            )
+        return self
+
+
+class RetuneSpec(ApiModel):
+    """When to tune again after the SLO regresses in production."""
+
+    on_slo_violation: bool = True
+    after: Duration = Field(default="15m", description="How long a violation must last.")
+    cooldown: Duration = Field(default="6h", description="Minimum time between studies.")
+
+
+class TuningSpec(ApiModel):
+    """The tuning study."""
+
+    enabled: bool = False
+    apply: Literal["Auto", "Recommend"] = Field(
+        default="Auto",
+        description="Auto: promote the best configuration; Recommend: only write it to status.",
+    )
+    strategy: Literal["Canary", "InPlace"] = Field(
+        default="Canary",
+        description="Canary: trials on extra pods, users untouched; InPlace: roll the "
+        "serving pods (no spare GPU).",
+    )
+    max_trials: int = Field(default=20, ge=1, le=500)
+    objective: Literal["Goodput", "Throughput", "Latency"] = "Goodput"
+    seed: int = Field(default=0, ge=0)
+    search_space: SearchSpace = Field(default_factory=SearchSpace)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    retune: RetuneSpec = Field(default_factory=RetuneSpec)
+
+
+class MonitoringSpec(ApiModel):
+    """Where slotune reads metrics, and how vLLM gets scraped."""
+
+    prometheus_url: str | None = Field(
+        default=None,
+        alias="prometheusURL",
+        pattern=r"^https?://",
+        description="Prometheus to read SLO and GPU metrics from; the operator's default if unset.",
+    )
+    pod_monitor: Literal["Auto", "Enabled", "Disabled"] = Field(
+        default="Auto",
+        description="Auto: a PodMonitor when the Prometheus Operator's CRD exists, "
+        "scrape annotations otherwise.",
+    )
+
+
+# --- the resource -------------------------------------------------------------------------
+
+
+class LLMDeploymentSpec(ApiModel):
+    """Desired state of an LLMDeployment."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.tuning) || !self.tuning.enabled || has(self.slo)",
+                    "tuning.enabled needs an slo to tune for",
+                ),
+            ]
+        }
+    )
+
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    resources: ResourceSpec = Field(default_factory=ResourceSpec)
+    replicas: int = Field(default=1, ge=0, le=1000)
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    slo: SloSpec | None = None
+    tuning: TuningSpec = Field(default_factory=TuningSpec)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+
+    @model_validator(mode="after")
+    def _tuning_needs_slo(self) -> LLMDeploymentSpec:
+        if self.tuning.enabled and self.slo is None:
+            raise ValueError("tuning.enabled needs an slo to tune for")
+        return self
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    TUNING = "Tuning"
+    SLO_MET = "SLOMet"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    GPU_THROTTLED = "GPUThrottled"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    DEPLOYING = "Deploying"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    INVALID = "Invalid"
+    TUNING = "Tuning"
+
+
+class StatusModel(BaseModel):
+    """Base for status objects: camelCase on the wire, tolerant of fields from newer versions."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(StatusModel):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: datetime
+
+
+class SloStatus(StatusModel):
+    """Live SLO attainment, as last read from Prometheus."""
+
+    ttft_p95_seconds: float | None = None
+    tpot_p95_seconds: float | None = None
+    met: bool | None = None
+    window: str | None = None
+    measured_at: datetime | None = None
+
+
+class ActiveConfig(StatusModel):
+    """The engine settings the serving pods run now."""
+
+    args: list[str] = Field(default_factory=list, description="The vLLM flags as rendered.")
+    hash: str = ""
+
+
+class TrialRecord(StatusModel):
+    """One tuning trial, as shown in status (bounded history)."""
+
+    number: int
+    params: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    state: str = ""
+    score: float | None = None
+    feasible: bool | None = None
+    cause: str | None = None
+
+
+class TuningStatus(StatusModel):
+    """Progress of the tuning study."""
+
+    trials_completed: int = 0
+    trials_failed: int = 0
+    max_trials: int | None = None
+    best: TrialRecord | None = None
+    trials: list[TrialRecord] = Field(default_factory=list)
+    recommendation: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+
+class GpuStatus(StatusModel):
+    """GPU clocks and memory of the serving pods, from the DCGM exporter."""
+
+    sm_clock_mhz: float | None = Field(default=None, alias="smClockMHz")
+    max_sm_clock_mhz: float | None = Field(default=None, alias="maxSmClockMHz")
+    throttle_reasons: list[str] = Field(default_factory=list)
+    memory_used_mib: float | None = Field(default=None, alias="memoryUsedMiB")
+    temperature_c: float | None = Field(default=None, alias="temperatureC")
+
+
+class LLMDeploymentStatus(StatusModel):
+    """Observed state of an LLMDeployment; written only by the operator."""
+
+    observed_generation: int | None = None
+    phase: Phase | None = None
+    message: str | None = None
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    ready: str | None = Field(default=None, description="Ready replicas of desired, e.g. 1/1.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    slo: SloStatus | None = None
+    slo_summary: str | None = Field(
+        default=None, description="TTFT p95 against its target, for `kubectl get`."
+    )
+    trials_summary: str | None = Field(
+        default=None, description="Trials done of the maximum, for `kubectl get`."
+    )
+    active_config: ActiveConfig | None = None
+    tuning: TuningStatus | None = None
+    gpu: GpuStatus | None = None
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata slotune reads."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    name: str
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+
+
+class LLMDeployment(BaseModel):
+    """A whole LLMDeployment object, as read from a file or the API."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    api_version: Literal["slotune.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["LLMDeployment"]
+    metadata: ObjectMeta
+    spec: LLMDeploymentSpec
+    status: LLMDeploymentStatus | None = None

@@ -1,0 +1,145 @@
+"""One level-based reconcile: observe → validate → render → apply → status.
+
+Create, resume, update, the periodic timer and changes to owned children all run this same
+function, which recomputes everything from the current object. It never writes `spec`: what
+the operator learns goes to `status`, and a spec it cannot serve becomes a condition that says
+what to fix while the children keep serving the last good configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from slotune import render
+from slotune.engine import vllm
+from slotune.kube import Kube, KubeError, Ref
+from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus
+from slotune.status import (
+    DeploymentState,
+    Event,
+    Observation,
+    changed,
+    compute_status,
+    to_patch,
+    transitions,
+)
+
+POD_MONITOR_API = "monitoring.coreos.com/v1"
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did, for the Kopf layer to report."""
+
+    status: LLMDeploymentStatus
+    events: list[Event] = field(default_factory=list)
+    status_written: bool = False
+    invalid: str | None = None
+
+
+def validation_problems(error: ValidationError, prefix: str = "spec") -> list[str]:
+    """Pydantic errors as `spec.path: what is wrong` lines."""
+    problems = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in (prefix, *item["loc"]) if part != "")
+        problems.append(f"{path}: {item['msg']}")
+    return problems
+
+
+def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]]:
+    """The spec, or the list of reasons it cannot be served."""
+    try:
+        spec = LLMDeploymentSpec.model_validate(raw)
+    except ValidationError as error:
+        return None, validation_problems(error)
+    engine = spec.engine
+    version = vllm.version_of_image(engine.image)
+    violations = vllm.check_config(
+        engine.args, engine.extra_args, engine.attention_backend, version
+    )
+    return spec, [str(v) for v in violations]
+
+
+def _active_config(deployment: dict[str, Any] | None) -> tuple[list[str], str]:
+    """The flags and config hash the serving Deployment's pod template runs."""
+    if deployment is None:
+        return [], ""
+    template = deployment["spec"]["template"]
+    containers = template["spec"]["containers"]
+    args: list[str] = next(
+        (c.get("args", []) for c in containers if c["name"] == render.CONTAINER_NAME), []
+    )
+    return list(args), template["metadata"].get("labels", {}).get(render.LABEL_CONFIG_HASH, "")
+
+
+def reconcile(body: dict[str, Any], kube: Kube, now: datetime) -> Outcome:
+    """Bring the children of one LLMDeployment to its spec and report in its status."""
+    meta = body["metadata"]
+    owner = render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    previous = LLMDeploymentStatus.model_validate(body.get("status") or {})
+    spec, problems = parse_spec(body.get("spec") or {})
+    deployment_ref = Ref("apps/v1", "Deployment", owner.namespace, owner.name)
+
+    deployment: dict[str, Any] | None
+    if spec is not None and not problems:
+        has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
+        if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
+            problems.append(
+                "spec.monitoring.podMonitor: Enabled, but the cluster has no PodMonitor CRD "
+                "(monitoring.coreos.com/v1); install the Prometheus Operator or set Auto"
+            )
+    if spec is not None and not problems:
+        try:
+            deployment = _apply_children(owner, spec, kube, has_pod_monitor)
+        except KubeError as exc:
+            if not exc.rejected:
+                raise
+            problems.append(f"the API server rejected a rendered object: {exc.message}")
+            deployment = kube.get(deployment_ref)
+    else:
+        deployment = kube.get(deployment_ref)
+
+    active_args, active_hash = _active_config(deployment)
+    observation = Observation(
+        generation=int(meta.get("generation") or 0),
+        spec=spec,
+        problems=problems,
+        deployment=DeploymentState.from_object(deployment),
+        active_args=active_args,
+        config_hash=active_hash,
+    )
+    current = compute_status(observation, previous, now)
+    outcome = Outcome(status=current, events=transitions(previous, current))
+    if changed(previous, current):
+        kube.apply_status(owner.namespace, owner.name, to_patch(current))
+        outcome.status_written = True
+    if problems:
+        outcome.invalid = "; ".join(problems)
+    return outcome
+
+
+def _apply_children(
+    owner: render.Owner, spec: LLMDeploymentSpec, kube: Kube, has_pod_monitor: bool
+) -> dict[str, Any]:
+    """Applies every child; returns the Deployment as the server now has it."""
+    deployment: dict[str, Any] = {}
+    for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
+        applied = kube.apply(child)
+        if child["kind"] == "Deployment":
+            deployment = applied
+    if has_pod_monitor and not render.wants_pod_monitor(spec, has_pod_monitor):
+        # Switched off: remove the PodMonitor we made earlier, never one of someone else's.
+        ref = Ref(POD_MONITOR_API, "PodMonitor", owner.namespace, owner.name)
+        existing = kube.get(ref)
+        if existing is not None and _owned_by(existing, owner):
+            kube.delete(ref)
+    return deployment
+
+
+def _owned_by(obj: dict[str, Any], owner: render.Owner) -> bool:
+    references = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner.uid for ref in references)

@@ -1,0 +1,269 @@
+"""Turns what the operator observed into the LLMDeployment's status.
+
+Pure: the clock is passed in. Conditions carry the generation they describe, and a
+condition's `lastTransitionTime` moves only when its status flips (a new reason or message
+alone is not a transition). The events to emit are derived from the same comparison, so an
+on-call engineer sees one event per real change, never one per reconcile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from slotune.models import (
+    ActiveConfig,
+    Condition,
+    ConditionType,
+    LLMDeploymentSpec,
+    LLMDeploymentStatus,
+    Phase,
+    SloStatus,
+    TuningStatus,
+)
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+# (type, status, reason, message)
+ConditionRow = tuple[str, ConditionStatus, str, str]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes event to post on the LLMDeployment."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """What the serving Deployment reports."""
+
+    exists: bool
+    desired: int = 0
+    ready: int = 0
+    updated: int = 0
+    available: int = 0
+    generation_observed: bool = True
+    failure: str | None = None
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any] | None) -> DeploymentState:
+        if obj is None:
+            return cls(exists=False)
+        status = obj.get("status") or {}
+        failure = None
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+                failure = cond.get("message") or cond.get("reason")
+            if cond.get("type") == "Progressing" and cond.get("reason") == (
+                "ProgressDeadlineExceeded"
+            ):
+                failure = cond.get("message") or "the rollout exceeded its progress deadline"
+        return cls(
+            exists=True,
+            desired=int((obj.get("spec") or {}).get("replicas", 1)),
+            ready=int(status.get("readyReplicas") or 0),
+            updated=int(status.get("updatedReplicas") or 0),
+            available=int(status.get("availableReplicas") or 0),
+            generation_observed=status.get("observedGeneration", 0)
+            >= (obj.get("metadata") or {}).get("generation", 0),
+            failure=failure,
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything a status is computed from, gathered by the reconciler."""
+
+    generation: int
+    spec: LLMDeploymentSpec | None  # parsed, even when it breaks a rule
+    problems: list[str]  # why it cannot be served; empty when it can
+    deployment: DeploymentState
+    active_args: list[str]
+    config_hash: str
+
+
+def merge_condition(
+    previous: list[Condition],
+    row: ConditionRow,
+    *,
+    generation: int,
+    now: datetime,
+) -> Condition:
+    """A condition whose transition time is kept unless its status flipped."""
+    type_, status, reason, message = row
+    old = next((c for c in previous if c.type == type_), None)
+    since = old.last_transition_time if old is not None and old.status == status else now
+    return Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        last_transition_time=since,
+    )
+
+
+def _ttft_summary(spec: LLMDeploymentSpec | None, slo: SloStatus | None) -> str | None:
+    if spec is None or spec.slo is None or spec.slo.ttft is None:
+        return None
+    measured = (
+        "-" if slo is None or slo.ttft_p95_seconds is None else f"{slo.ttft_p95_seconds:.3g}s"
+    )
+    return f"{measured}/{spec.slo.ttft.max_seconds:g}s"
+
+
+def _serving_conditions(
+    spec: LLMDeploymentSpec, dep: DeploymentState, config_hash: str
+) -> tuple[Phase, list[ConditionRow]]:
+    """Ready, Progressing and Degraded for a valid spec, from the Deployment's status."""
+    desired = spec.replicas
+    ready_count = dep.ready if dep.exists else 0
+    ready = dep.exists and dep.ready >= desired and dep.generation_observed
+    rolled = dep.exists and dep.updated >= desired and dep.generation_observed
+    rows: list[ConditionRow] = [
+        (
+            ConditionType.READY,
+            "True" if ready else "False",
+            "ReplicasReady" if ready else "ReplicasNotReady",
+            f"{ready_count} of {desired} replicas ready",
+        ),
+        (ConditionType.PROGRESSING, "False", "RolloutComplete", "configuration is live")
+        if ready and rolled
+        else (
+            ConditionType.PROGRESSING,
+            "True",
+            "RollingOut",
+            f"rolling out configuration {config_hash}",
+        ),
+        (ConditionType.DEGRADED, "True", "RolloutFailed", dep.failure)
+        if dep.failure
+        else (ConditionType.DEGRADED, "False", "AsExpected", ""),
+    ]
+    if dep.failure:
+        phase = Phase.DEGRADED
+    elif ready:
+        phase = Phase.READY
+    elif dep.exists:
+        phase = Phase.DEPLOYING
+    else:
+        phase = Phase.PENDING
+    return phase, rows
+
+
+def _invalid_conditions(problems: list[str]) -> list[ConditionRow]:
+    message = "; ".join(problems)
+    return [
+        (ConditionType.READY, "False", "InvalidSpec", message),
+        (ConditionType.PROGRESSING, "False", "InvalidSpec", "fix the spec to continue"),
+        (ConditionType.DEGRADED, "True", "InvalidSpec", message),
+    ]
+
+
+def _pending_feature_conditions(spec: LLMDeploymentSpec) -> list[ConditionRow]:
+    """Conditions for what is asked for but not measured or run yet."""
+    rows: list[ConditionRow] = []
+    if spec.tuning.enabled:
+        rows.append(
+            (
+                ConditionType.TUNING,
+                "False",
+                "NotStarted",
+                "tuning studies are not run by this operator version yet",
+            )
+        )
+    if spec.slo is not None:
+        rows.append(
+            (ConditionType.SLO_MET, "Unknown", "NotMeasured", "the SLO has not been measured yet")
+        )
+    return rows
+
+
+def compute_status(
+    observation: Observation, previous: LLMDeploymentStatus, now: datetime
+) -> LLMDeploymentStatus:
+    """The whole status for one observation."""
+    spec = observation.spec
+    dep = observation.deployment
+    rows: list[ConditionRow]
+    serving = spec if not observation.problems else None
+    if serving is None:
+        phase = Phase.INVALID
+        rows = _invalid_conditions(observation.problems)
+        active = previous.active_config
+        message = "Invalid spec: " + "; ".join(observation.problems)
+    else:
+        phase, rows = _serving_conditions(serving, dep, observation.config_hash)
+        rows += _pending_feature_conditions(serving)
+        active = ActiveConfig(args=observation.active_args, hash=observation.config_hash)
+        message = rows[0][3]
+
+    conditions = [
+        merge_condition(previous.conditions, row, generation=observation.generation, now=now)
+        for row in rows
+    ]
+    desired_replicas = spec.replicas if spec is not None else previous.replicas
+    ready_count = dep.ready if dep.exists else 0
+    tuning = previous.tuning
+    trials = None
+    if serving is not None and serving.tuning.enabled:
+        tuning = tuning or TuningStatus(max_trials=spec.tuning.max_trials)
+        trials = f"{tuning.trials_completed}/{serving.tuning.max_trials}"
+    return LLMDeploymentStatus(
+        observed_generation=observation.generation,
+        phase=phase,
+        message=message,
+        replicas=desired_replicas,
+        ready_replicas=ready_count,
+        ready=f"{ready_count}/{desired_replicas or 0}",
+        conditions=conditions,
+        slo=previous.slo,
+        slo_summary=_ttft_summary(spec, previous.slo),
+        trials_summary=trials,
+        active_config=active,
+        tuning=tuning,
+        gpu=previous.gpu,
+    )
+
+
+# Condition states an on-call engineer must look at.
+_WARNING = {
+    (ConditionType.READY, "False"),
+    (ConditionType.DEGRADED, "True"),
+    (ConditionType.SLO_MET, "False"),
+    (ConditionType.GPU_THROTTLED, "True"),
+    (ConditionType.METRICS_AVAILABLE, "False"),
+}
+
+
+def transitions(previous: LLMDeploymentStatus, current: LLMDeploymentStatus) -> list[Event]:
+    """Events for conditions that flipped, or appeared, between two statuses."""
+    events: list[Event] = []
+    for cond in current.conditions:
+        old = previous.condition(cond.type)
+        if old is not None and old.status == cond.status and old.reason == cond.reason:
+            continue
+        warning = (cond.type, cond.status) in _WARNING
+        if old is None and not warning and cond.type != ConditionType.PROGRESSING:
+            continue  # a first, unremarkable state (Degraded=False, ...) is not news
+        events.append(
+            Event(
+                type="Warning" if warning else "Normal",
+                reason=f"{cond.type}{cond.status}" if cond.status != "Unknown" else cond.reason,
+                message=f"{cond.type} is {cond.status} ({cond.reason})"
+                + (f": {cond.message}" if cond.message else ""),
+            )
+        )
+    return events
+
+
+def to_patch(status: LLMDeploymentStatus) -> dict[str, Any]:
+    """The status as JSON for the API, camelCase, without unset fields."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def changed(previous: LLMDeploymentStatus, current: LLMDeploymentStatus) -> bool:
+    return to_patch(previous) != to_patch(current)

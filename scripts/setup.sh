@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Sets up everything slotune's commands and tests need, once, and reuses it afterwards:
+#   .venv/                     the slotune package (editable) with its development tools
+#   ~/.cache/slotune/bin/...   etcd, kube-apiserver, kube-controller-manager, kubectl, helm,
+#                              built from the pinned upstream Go modules
+# Pass --with-vllm to also create the vLLM CPU environment (engine tests and local tuning).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+stamp=.venv/.slotune-setup
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
+  echo "Installing slotune and its development tools into .venv" >&2
+  [[ -x .venv/bin/python ]] || python3 -m venv .venv
+  .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip >&2
+  .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]' >&2
+  echo "$wanted" > "$stamp"
+fi
+
+scripts/build-control-plane.sh > /dev/null
+
+if [[ " $* " == *" --with-vllm "* ]]; then
+  scripts/setup-vllm-cpu.sh > /dev/null
+fi

@@ -1,0 +1,281 @@
+"""The operator, under its own ServiceAccount with the chart's ClusterRole, against the real
+API server and controller-manager."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from support.cluster import RESYNC_SECONDS, Cluster, OperatorProcess, llmd, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions", []):
+        if cond["type"] == type_:
+            result: dict[str, Any] = cond
+            return result
+    return None
+
+
+def engine_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    found: dict[str, Any] = next(c for c in containers if c["name"] == "vllm")
+    return found
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_creates_deployment_and_service_with_the_right_shape(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    assert cluster.apply(llmd("chat", namespace)).returncode == 0
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "chat", namespace))
+    svc = wait_for("the Service", lambda: cluster.get("service", "chat", namespace))
+
+    c = engine_container(dep)
+    assert c["image"] == "vllm/vllm-openai:v0.32.0"
+    assert flag(c["args"], "--model") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert flag(c["args"], "--max-num-batched-tokens") == "2048"
+    assert flag(c["args"], "--block-size") == "16"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert c["startupProbe"]["httpGet"]["port"] == "http"
+    assert svc["spec"]["ports"][0]["targetPort"] == "http"
+    owner = dep["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("LLMDeployment", "chat", True)
+
+    # The controller-manager really runs: the Deployment gets its ReplicaSet and Pods.
+    wait_for(
+        "a ReplicaSet for the Deployment",
+        lambda: json.loads(cluster.kubectl("get", "rs", "-n", namespace, "-o", "json").stdout)[
+            "items"
+        ],
+    )
+
+    obj = wait_for(
+        "status with conditions",
+        lambda: (o := cluster.get("llmd", "chat", namespace)) and condition(o, "Ready") and o,
+    )
+    ready = condition(obj, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "ReplicasNotReady")
+    assert ready["observedGeneration"] == obj["metadata"]["generation"]
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert obj["status"]["phase"] == "Deploying"
+    assert (
+        obj["status"]["activeConfig"]["hash"]
+        == dep["metadata"]["labels"]["slotune.dev/config-hash"]
+    )
+
+    table = cluster.kubectl("get", "llmd", "chat", "-n", namespace).stdout
+    header, row = table.splitlines()[:2]
+    assert header.split() == ["NAME", "PHASE", "READY", "TTFT-P95", "SLO-MET", "TRIALS", "AGE"]
+    assert row.split()[:4] == ["chat", "Deploying", "0/1", "-/2s"]
+
+    events = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        "involvedObject.name=chat",
+        "-o",
+        "json",
+    ).stdout
+    assert "ReadyFalse" in events
+
+
+def test_spec_change_rolls_the_deployment(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    assert cluster.apply(llmd("upd", namespace)).returncode == 0
+    before = wait_for("the Deployment", lambda: cluster.get("deployment", "upd", namespace))
+    changed = llmd("upd", namespace, replicas=2)
+    changed["spec"]["engine"]["args"]["maxNumBatchedTokens"] = 8192
+    assert cluster.apply(changed).returncode == 0
+
+    def updated() -> dict[str, Any] | None:
+        dep = cluster.get("deployment", "upd", namespace)
+        args = engine_container(dep)["args"] if dep else []
+        return dep if dep and flag(args, "--max-num-batched-tokens") == "8192" else None
+
+    after = wait_for("the new args", updated)
+    assert after["spec"]["replicas"] == 2
+    hash_label = "slotune.dev/config-hash"
+    assert after["metadata"]["labels"][hash_label] != before["metadata"]["labels"][hash_label]
+    obj = wait_for(
+        "status for generation 2",
+        lambda: (
+            (o := cluster.get("llmd", "upd", namespace))
+            and o["status"].get("observedGeneration") == 2
+            and o
+        ),
+    )
+    assert obj["status"]["ready"] == "0/2"
+
+
+def test_restores_a_deleted_service_and_a_hand_edited_deployment(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    assert cluster.apply(llmd("drift", namespace)).returncode == 0
+    svc = wait_for("the Service", lambda: cluster.get("service", "drift", namespace))
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "drift", namespace))
+
+    cluster.kubectl("delete", "service", "drift", "-n", namespace)
+    restored = wait_for(
+        "the Service to come back",
+        lambda: (
+            (s := cluster.get("service", "drift", namespace))
+            and s["metadata"]["uid"] != svc["metadata"]["uid"]
+            and s
+        ),
+    )
+    assert restored["spec"]["ports"][0]["name"] == "http"
+
+    args = engine_container(dep)["args"]
+    edited = [
+        *args[: args.index("--block-size") + 1],
+        "64",
+        *args[args.index("--block-size") + 2 :],
+    ]
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "args": edited}]}}}}
+    cluster.kubectl("patch", "deployment", "drift", "-n", namespace, "-p", json.dumps(patch))
+    wait_for(
+        "the hand edit to be undone",
+        lambda: (
+            (d := cluster.get("deployment", "drift", namespace))
+            and flag(engine_container(d)["args"], "--block-size") == "16"
+        ),
+    )
+
+
+def test_nonexistent_vllm_flag_ends_in_a_clear_condition(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    obj = llmd("typo", namespace)
+    obj["spec"]["engine"]["extraArgs"] = ["--swap-space", "4"]
+    assert cluster.apply(obj).returncode == 0
+    status = wait_for(
+        "an InvalidSpec condition",
+        lambda: (
+            (o := cluster.get("llmd", "typo", namespace))
+            and (c := condition(o, "Ready"))
+            and c["reason"] == "InvalidSpec"
+            and o["status"]
+        ),
+    )
+    assert status["phase"] == "Invalid"
+    message = condition({"status": status}, "Ready")["message"]  # type: ignore[index]
+    assert "spec.engine.extraArgs[0]: --swap-space does not exist in vLLM" in message
+    assert "--kv-offloading-size" in message
+    # Nothing was deployed for it, and the operator did not retry in a loop.
+    assert cluster.get("deployment", "typo", namespace) is None
+    log_before = operator.log().count("Invalid spec")
+    version_before = cluster.get("llmd", "typo", namespace)["metadata"]["resourceVersion"]  # type: ignore[index]
+    time.sleep(4 * RESYNC_SECONDS)  # several resync periods
+    assert operator.log().count("Invalid spec") == log_before
+    # Nor did it rewrite an unchanged status.
+    assert cluster.get("llmd", "typo", namespace)["metadata"]["resourceVersion"] == version_before  # type: ignore[index]
+    assert not operator.dead()
+
+    # Fixing the spec brings it up.
+    obj["spec"]["engine"]["extraArgs"] = ["--long-prefill-token-threshold", "512"]
+    assert cluster.apply(obj).returncode == 0
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "typo", namespace))
+    assert flag(engine_container(dep)["args"], "--long-prefill-token-threshold") == "512"
+
+
+def test_deletion_cascades_through_the_garbage_collector(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    assert cluster.apply(llmd("gone", namespace)).returncode == 0
+    wait_for("the Deployment", lambda: cluster.get("deployment", "gone", namespace))
+    wait_for("the Service", lambda: cluster.get("service", "gone", namespace))
+    cluster.kubectl("delete", "llmd", "gone", "-n", namespace, "--wait=true")
+
+    def all_gone() -> bool:
+        leftovers = cluster.kubectl(
+            "get", "deployment,replicaset,service,pod", "-n", namespace, "-o", "name"
+        ).stdout.split()
+        return not leftovers
+
+    wait_for("every child to be garbage-collected", all_gone, timeout=60)
+
+
+def test_resumes_after_being_killed(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    assert cluster.apply(llmd("resume", namespace)).returncode == 0
+    first = wait_for(
+        "status",
+        lambda: (o := cluster.get("llmd", "resume", namespace)) and condition(o, "Ready") and o,
+    )
+    operator.kill()
+    # While the operator is down: a spec change and a deleted child.
+    changed = llmd("resume", namespace)
+    changed["spec"]["engine"]["args"]["maxNumSeqs"] = 32
+    assert cluster.apply(changed).returncode == 0
+    cluster.kubectl("delete", "service", "resume", "-n", namespace)
+
+    operator.start()
+    wait_for("the Service to be recreated", lambda: cluster.get("service", "resume", namespace))
+    wait_for(
+        "the new spec to be applied",
+        lambda: (
+            (d := cluster.get("deployment", "resume", namespace))
+            and flag(engine_container(d)["args"], "--max-num-seqs") == "32"
+        ),
+    )
+    after = wait_for(
+        "status for generation 2",
+        lambda: (
+            (o := cluster.get("llmd", "resume", namespace))
+            and o["status"].get("observedGeneration") == 2
+            and o
+        ),
+    )
+    # Ready stayed False throughout: its transition time did not move.
+    assert (
+        condition(after, "Ready")["lastTransitionTime"]  # type: ignore[index]
+        == condition(first, "Ready")["lastTransitionTime"]  # type: ignore[index]
+    )
+
+
+def test_operator_never_writes_spec(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    obj = llmd("owned", namespace)
+    obj["spec"]["engine"]["extraArgs"] = ["--tokenizer-pool-size", "2"]  # invalid: status only
+    assert cluster.apply(obj).returncode == 0
+    wait_for(
+        "status", lambda: (o := cluster.get("llmd", "owned", namespace)) and condition(o, "Ready")
+    )
+    got = json.loads(
+        cluster.kubectl(
+            "get", "llmd", "owned", "-n", namespace, "-o", "json", "--show-managed-fields"
+        ).stdout
+    )
+    managers = {entry["manager"] for entry in got["metadata"]["managedFields"]}
+    assert "slotune" in managers  # the status, written by server-side apply
+    for entry in got["metadata"]["managedFields"]:
+        if entry["manager"] in ("kubectl-client-side-apply", "kubectl"):
+            continue
+        assert "f:spec" not in entry.get("fieldsV1", {}), entry
+
+
+def test_service_account_cannot_read_secrets(cluster: Cluster, operator: OperatorProcess) -> None:
+    result = cluster.kubectl(
+        "auth", "can-i", "get", "secrets", "-A", check=False, kubeconfig=operator.kubeconfig
+    )
+    assert result.stdout.strip() == "no"
+    allowed = cluster.kubectl(
+        "auth", "can-i", "patch", "deployments", "-A", check=False, kubeconfig=operator.kubeconfig
+    )
+    assert allowed.stdout.strip() == "yes"

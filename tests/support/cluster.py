@@ -1,0 +1,158 @@
+"""Helpers for tests against the real control plane: kubectl/helm wrappers, polling, and the
+operator as a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from support.controlplane import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[2]
+# The operator re-reconciles every object this often in tests (30 s in production).
+RESYNC_SECONDS = 3
+
+
+@dataclass
+class Cluster:
+    """kubectl and helm against the test control plane, as the admin."""
+
+    plane: ControlPlane
+    bin_dir: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.plane.admin_kubeconfig
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        result = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr:
+                return None
+            raise AssertionError(result.stderr)
+        obj: dict[str, Any] = json.loads(result.stdout)
+        return obj
+
+    def apply(self, obj: dict[str, Any] | str, *extra: str) -> subprocess.CompletedProcess[str]:
+        text = obj if isinstance(obj, str) else yaml.safe_dump(obj)
+        return self.kubectl("apply", "-f", "-", *extra, input=text, check=False)
+
+    def helm(self, *args: str) -> str:
+        result = subprocess.run(
+            [str(self.bin_dir / "helm"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return result.stdout
+
+
+def wait_for(
+    what: str, probe: Callable[[], Any], timeout: float = 45.0, interval: float = 0.5
+) -> Any:
+    """Polls until probe returns something truthy; fails with the description otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last saw {last!r}")
+
+
+class OperatorProcess:
+    """`slotune operator` as a separate process, under the chart's ServiceAccount."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "slotune.cli", "operator", f"--kubeconfig={self.kubeconfig}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "SLOTUNE_RESYNC_SECONDS": str(RESYNC_SECONDS),
+            },
+        )
+        wait_for(
+            "the operator to start watching",
+            lambda: "Started the slotune operator" in self.log() or self.dead(),
+        )
+        assert not self.dead(), self.log()
+
+    def dead(self) -> bool:
+        return self.process is None or self.process.poll() is not None
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to clean up, like a node failure or an OOM kill."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def llmd(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A small valid LLMDeployment, with spec fields overridden."""
+    body: dict[str, Any] = {
+        "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct", "servedName": name},
+        "engine": {
+            "image": "vllm/vllm-openai:v0.32.0",
+            "args": {"maxNumBatchedTokens": 2048, "blockSize": 16, "maxNumSeqs": 64},
+        },
+        "resources": {"gpus": 1},
+        "slo": {"ttft": {"percentile": 95, "maxSeconds": 2.0}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+    }

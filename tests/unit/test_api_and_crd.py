@@ -1,0 +1,126 @@
+"""The API models, the generated CRD and the sample resources agree with each other."""
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from slotune import cli, crdgen, models
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
+
+
+def crd_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((ROOT / "crds" / crdgen.CRD_FILE).read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_samples_validate_against_models_and_schema(path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        models.LLMDeployment.model_validate(doc)
+        # The CRD schema is OpenAPI v3 (draft-4 style exclusiveMinimum); Draft4 checks it.
+        jsonschema.Draft4Validator(crd_schema()).validate(doc)
+
+
+def test_samples_pass_the_cli_validator(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["validate", *map(str, SAMPLES)]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+def test_schema_rejects_what_the_models_reject() -> None:
+    bad = {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "x"},
+        "spec": {"model": {"name": "m"}, "engine": {"args": {"gpuMemoryUtilization": 1.5}}},
+    }
+    with pytest.raises(ValidationError):
+        models.LLMDeployment.model_validate(bad)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft4Validator(crd_schema()).validate(bad)
+
+
+def test_schema_is_structural() -> None:
+    """Every node has a type (or preserves unknown fields); no refs or unions remain."""
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        assert "$ref" not in node, path
+        assert "anyOf" not in node, path
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        for name, sub in node.get("properties", {}).items():
+            walk(sub, f"{path}.{name}")
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}{{}}")
+
+    walk(crd_schema(), "")
+
+
+def test_crds_check_fails_when_the_file_is_edited_by_hand(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "crds" / crdgen.CRD_FILE, tmp_path / crdgen.CRD_FILE)
+    assert cli.main(["crds", "check", "--dir", str(tmp_path)]) == 0
+    path = tmp_path / crdgen.CRD_FILE
+    path.write_text(path.read_text().replace("shortNames:\n    - llmd", "shortNames:\n    - llm"))
+    assert cli.main(["crds", "check", "--dir", str(tmp_path)]) == 1
+
+
+def test_committed_crd_matches_the_models() -> None:
+    assert crdgen.check(ROOT / "crds") == []
+
+
+def test_printer_columns_cover_what_on_call_needs() -> None:
+    crd = crdgen.crd()
+    names = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert names == ["Phase", "Ready", "TTFT-P95", "SLO-Met", "Trials", "Age"]
+    assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
+    assert crd["spec"]["names"]["shortNames"] == ["llmd"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ({"model": {"name": "m", "source": {}}}, "exactly one of"),
+        (
+            {
+                "model": {"name": "m"},
+                "engine": {"args": {"maxNumBatchedTokens": 8, "maxNumSeqs": 16}},
+            },
+            "at least maxNumSeqs",
+        ),
+        ({"model": {"name": "m"}, "tuning": {"enabled": True}}, "needs an slo"),
+        ({"model": {"name": "m"}, "slo": {"window": "5m"}}, "at least one SLO target"),
+        (
+            {
+                "model": {"name": "m"},
+                "tuning": {"searchSpace": {"blockSize": {"min": 64, "max": 16}}},
+            },
+            "min must not exceed max",
+        ),
+        ({"model": {"name": "m"}, "tuning": {"workload": {"source": "Synthetic"}}}, "Synthetic"),
+        ({"model": {"name": "m"}, "engine": {"imag": "x"}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_cross_field_rules_in_python(spec: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationError, match=fragment):
+        models.LLMDeploymentSpec.model_validate(spec)
+
+
+def test_every_python_cross_field_rule_has_a_cel_twin() -> None:
+    rules = yaml.safe_dump(crdgen.crd())
+    for fragment in (
+        "exactly one of model.source",
+        "at least maxNumSeqs",
+        "needs an slo",
+        "at least one SLO target",
+        "min must not exceed max",
+        "a Synthetic workload needs",
+    ):
+        assert fragment in rules

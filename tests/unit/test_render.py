@@ -1,0 +1,175 @@
+"""Rendering an LLMDeployment into its Deployment, Service and PodMonitor."""
+
+from typing import Any
+
+import pytest
+
+from slotune import models, render
+
+OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
+
+
+def spec(**overrides: Any) -> models.LLMDeploymentSpec:
+    raw: dict[str, Any] = {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "engine": {
+            "image": "vllm/vllm-openai:v0.32.0",
+            "args": {"maxNumBatchedTokens": 4096, "blockSize": 32, "maxNumSeqs": 128},
+            "extraArgs": ["--long-prefill-token-threshold", "1024"],
+        },
+    }
+    raw.update(overrides)
+    return models.LLMDeploymentSpec.model_validate(raw)
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def test_deployment_runs_vllm_with_rendered_args() -> None:
+    dep = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
+    c = container(dep)
+    assert c["image"] == "vllm/vllm-openai:v0.32.0"
+    assert c["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert c["args"] == [
+        "--model", "meta-llama/Llama-3.1-8B-Instruct",
+        "--served-model-name", "chat",
+        "--host", "0.0.0.0",
+        "--port", "8000",
+        "--max-num-batched-tokens", "4096",
+        "--block-size", "32",
+        "--max-num-seqs", "128",
+        "--long-prefill-token-threshold", "1024",
+    ]  # fmt: skip
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+
+
+def test_gpus_are_requested_and_tensor_parallel_follows() -> None:
+    c = container(
+        render.render_deployment(
+            OWNER,
+            spec(resources={"gpus": 2, "gpuResourceName": "amd.com/gpu", "memory": "64Gi"}),
+            annotate_for_scraping=True,
+        )
+    )
+    assert c["resources"]["limits"] == {"amd.com/gpu": "2", "memory": "64Gi"}
+    assert c["resources"]["requests"]["amd.com/gpu"] == "2"
+    assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "2"
+
+
+def test_probes_watch_health_on_the_named_port() -> None:
+    c = container(render.render_deployment(OWNER, spec(), annotate_for_scraping=True))
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    # Start-up (weights, compilation) gets minutes before liveness may act.
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
+
+
+def test_shared_memory_and_cache_volumes() -> None:
+    dep = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+    assert "cache" in volumes
+    mounts = {m["mountPath"] for m in container(dep)["volumeMounts"]}
+    assert {"/dev/shm", "/root/.cache"} <= mounts
+
+
+def test_token_comes_from_the_secret_reference() -> None:
+    s = spec(
+        model={
+            "name": "meta-llama/Llama-3.1-8B-Instruct",
+            "source": {"huggingFace": {"tokenSecretRef": {"name": "hf", "key": "tok"}}},
+        }
+    )
+    env = {
+        e["name"]: e
+        for e in container(render.render_deployment(OWNER, s, annotate_for_scraping=True))["env"]
+    }
+    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "tok"}}
+
+
+def test_pvc_source_mounts_the_claim_read_only() -> None:
+    s = spec(model={"name": "qwen", "source": {"pvc": {"claimName": "models", "path": "/qwen/"}}})
+    dep = render.render_deployment(OWNER, s, annotate_for_scraping=True)
+    c = container(dep)
+    assert c["args"][1] == "/models/qwen"
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+
+
+def test_scheduling_fields_pass_through() -> None:
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    s = spec(
+        scheduling={
+            "nodeSelector": {"gpu": "h200"},
+            "tolerations": [toleration],
+            "affinity": affinity,
+        }
+    )
+    pod = render.render_deployment(OWNER, s, annotate_for_scraping=True)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu": "h200"}
+    assert pod["tolerations"] == [toleration]
+    assert pod["affinity"] == affinity
+
+
+def test_children_are_owned_and_labelled_with_the_config_hash() -> None:
+    for child in render.render_children(OWNER, spec(), pod_monitor_crd_present=True):
+        meta = child["metadata"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "slotune.dev/v1alpha1",
+                "kind": "LLMDeployment",
+                "name": "chat",
+                "uid": "1234",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"][render.LABEL_CONFIG_HASH] == render.config_hash(OWNER, spec())
+
+
+def test_config_hash_follows_the_engine_configuration_only() -> None:
+    base = render.config_hash(OWNER, spec())
+    other_args = spec(engine={"image": "vllm/vllm-openai:v0.32.0", "args": {"blockSize": 64}})
+    assert render.config_hash(OWNER, other_args) != base
+    assert render.config_hash(OWNER, spec(replicas=5)) == base
+
+
+def test_rolling_update_keeps_serving_capacity() -> None:
+    dep = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # The selector must not include the hash, or a new configuration would orphan old pods.
+    assert render.LABEL_CONFIG_HASH not in dep["spec"]["selector"]["matchLabels"]
+
+
+def test_service_targets_the_named_port() -> None:
+    svc = render.render_service(OWNER, spec())
+    assert svc["spec"]["ports"][0]["targetPort"] == "http"
+    assert svc["spec"]["selector"] == render.selector_labels(OWNER)
+
+
+@pytest.mark.parametrize(
+    ("mode", "crd_present", "kinds", "annotated"),
+    [
+        ("Auto", True, ["Deployment", "Service", "PodMonitor"], False),
+        ("Auto", False, ["Deployment", "Service"], True),
+        ("Disabled", True, ["Deployment", "Service"], True),
+        ("Enabled", True, ["Deployment", "Service", "PodMonitor"], False),
+    ],
+)
+def test_pod_monitor_or_scrape_annotations(
+    mode: str, crd_present: bool, kinds: list[str], annotated: bool
+) -> None:
+    children = render.render_children(
+        OWNER, spec(monitoring={"podMonitor": mode}), pod_monitor_crd_present=crd_present
+    )
+    assert [c["kind"] for c in children] == kinds
+    template = children[0]["spec"]["template"]["metadata"]
+    assert ("annotations" in template) is annotated
+    if annotated:
+        assert template["annotations"]["prometheus.io/scrape"] == "true"

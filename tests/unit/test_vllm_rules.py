@@ -1,0 +1,147 @@
+"""The vLLM rule table, from plain data: what slotune refuses before anything is launched."""
+
+import pytest
+
+from slotune.engine import vllm
+from slotune.models import EngineArgs
+
+
+def messages(problems: list[vllm.Violation]) -> str:
+    return " | ".join(str(p) for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("args", "backend", "fragment"),
+    [
+        (EngineArgs(block_size=8), "FLASH_ATTN", "blockSize: 8 is not valid on FLASH_ATTN"),
+        (EngineArgs(block_size=24), "TRITON_ATTN", "must be a multiple of 16"),
+        (EngineArgs(block_size=16), "CPU_ATTN", "must be a multiple of 32"),
+        (EngineArgs(block_size=128), "FLASHINFER", "must be one of 16, 32, 64"),
+        (EngineArgs(kv_cache_dtype="nvfp4"), "FLASH_ATTN", "nvfp4 is not supported by FLASH_ATTN"),
+    ],
+)
+def test_invalid_typed_settings_are_named(args: EngineArgs, backend: str, fragment: str) -> None:
+    assert fragment in messages(vllm.check_args(args, backend))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "backend"),
+    [
+        (EngineArgs(block_size=16), "FLASH_ATTN"),
+        (EngineArgs(block_size=64), "FLASH_ATTN"),
+        (EngineArgs(block_size=128), "CPU_ATTN"),
+        (EngineArgs(block_size=32), "FLASHINFER"),
+        (EngineArgs(kv_cache_dtype="fp8"), "FLASH_ATTN"),
+        (EngineArgs(max_num_batched_tokens=256, max_num_seqs=256), "FLASH_ATTN"),
+        (EngineArgs(), "FLASH_ATTN"),
+    ],
+)
+def test_valid_typed_settings_pass(args: EngineArgs, backend: str) -> None:
+    assert vllm.check_args(args, backend) == []  # type: ignore[arg-type]
+
+
+def test_batched_tokens_below_seqs_is_refused() -> None:
+    # The model refuses it on its own; the rule table refuses it for configurations that a
+    # tuner builds without going through the model validator.
+    with pytest.raises(ValueError, match="at least maxNumSeqs"):
+        EngineArgs(max_num_batched_tokens=128, max_num_seqs=256)
+    built = EngineArgs.model_construct(max_num_batched_tokens=128, max_num_seqs=256)
+    assert "max-num-batched-tokens >= max-num-seqs" in messages(
+        vllm.check_args(built, "FLASH_ATTN")
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--chunked-prefill-size", "4096"], "that is SGLang's flag"),
+        (["--chunked-prefill-size=4096"], "--max-num-batched-tokens"),
+        (["--swap-space", "4"], "--kv-offloading-size"),
+        (["--tokenizer-pool-size", "4"], "--renderer-num-workers"),
+        (["--max-num-partial-prefills", "2"], "does not exist in vLLM"),
+        (["--max-num-batched-tokens", "4096"], "set spec.engine.args.maxNumBatchedTokens"),
+        (["--max_num_seqs", "64"], "set spec.engine.args.maxNumSeqs"),
+        (["--no-enable-prefix-caching"], "set spec.engine.args.enablePrefixCaching"),
+        (["--device-memory-utilization", "0.8"], "spec.engine.args.gpuMemoryUtilization"),
+        (["--port", "9000"], "managed by slotune"),
+        (["--disable-log-stats"], "switches off every vllm:* metric"),
+        (["--enable-expert"], "vLLM would silently read it as --enable-expert-parallel"),
+        (["--long-prefill"], "not a full vLLM flag name"),
+        (["--max-num-batchd-tokens", "8"], "is not a flag of vLLM 0.32.0"),
+        (["llama"], "is a value with no flag before it"),
+    ],
+)
+def test_extra_args_problems_name_the_fix(extra: list[str], fragment: str) -> None:
+    assert fragment in messages(vllm.check_extra_args(extra))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--long-prefill-token-threshold", "2048"],
+        ["--enable-chunked-prefill"],
+        ["-O0"],
+        ["-O", "3"],
+        ["-cc.mode=3"],
+        ["--compilation-config", '{"mode": 3}'],
+        ["--max-num-queued-reqs", "64", "--scheduling-policy", "priority"],
+        ["--seed", "-1"],
+    ],
+)
+def test_real_flags_pass(extra: list[str]) -> None:
+    assert vllm.check_extra_args(extra) == []
+
+
+def test_flag_table_comes_from_the_real_parser() -> None:
+    flags = vllm.known_flags()
+    assert "--max-num-batched-tokens" in flags
+    assert "--swap-space" not in flags
+    assert "--chunked-prefill-size" not in flags
+
+
+def test_disabling_chunked_prefill_needs_budget_for_a_whole_sequence() -> None:
+    args = EngineArgs(max_num_batched_tokens=2048, max_model_len=8192)
+    problems = vllm.check_config(args, ["--no-enable-chunked-prefill"], "FLASH_ATTN")
+    assert "at least maxModelLen (8192)" in messages(problems)
+    assert vllm.check_config(args, [], "FLASH_ATTN") == []
+
+
+def test_tuned_args_render_with_full_names_in_stable_order() -> None:
+    args = EngineArgs(
+        kv_cache_dtype="fp8",
+        enable_prefix_caching=False,
+        max_num_seqs=64,
+        gpu_memory_utilization=0.85,
+        block_size=32,
+        max_num_batched_tokens=4096,
+    )
+    assert vllm.render_tuned_args(args) == [
+        "--max-num-batched-tokens",
+        "4096",
+        "--block-size",
+        "32",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--max-num-seqs",
+        "64",
+        "--no-enable-prefix-caching",
+        "--kv-cache-dtype",
+        "fp8",
+    ]
+
+
+def test_unset_settings_are_left_to_vllm() -> None:
+    assert vllm.render_tuned_args(EngineArgs()) == []
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("vllm/vllm-openai:v0.32.0", "0.32.0"),
+        ("registry.local:5000/vllm/vllm-openai:v0.32.0-cu130", "0.32.0"),
+        ("vllm/vllm-openai:latest", vllm.PINNED_VERSION),
+        ("registry.local:5000/vllm", vllm.PINNED_VERSION),
+    ],
+)
+def test_flag_table_version_follows_the_image_tag(image: str, version: str) -> None:
+    assert vllm.version_of_image(image) == version
