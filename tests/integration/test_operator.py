@@ -279,3 +279,59 @@ def test_service_account_cannot_read_secrets(cluster: Cluster, operator: Operato
         "auth", "can-i", "patch", "deployments", "-A", check=False, kubeconfig=operator.kubeconfig
     )
     assert allowed.stdout.strip() == "yes"
+
+
+def mark_pods_ready(cluster: Cluster, namespace: str, selector: str) -> int:
+    """Plays the kubelet's part for status: there is no container runtime here, so the
+    pods' readiness is reported through the API the way a kubelet would report it."""
+    pods = json.loads(
+        cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout
+    )["items"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for pod in pods:
+        status = {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                ],
+            }
+        }
+        cluster.kubectl(
+            "patch", "pod", pod["metadata"]["name"], "-n", namespace,
+            "--subresource=status", "--type=merge", "-p", json.dumps(status),
+        )  # fmt: skip
+    return len(pods)
+
+
+def test_reports_ready_when_the_pods_are_ready(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    assert cluster.apply(llmd("live", namespace)).returncode == 0
+    selector = "app.kubernetes.io/instance=live"
+    wait_for(
+        "a pod",
+        lambda: (
+            cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "name").stdout
+        ),
+    )
+    assert mark_pods_ready(cluster, namespace, selector) == 1
+    obj = wait_for(
+        "Ready=True",
+        lambda: (
+            (o := cluster.get("llmd", "live", namespace))
+            and (c := condition(o, "Ready"))
+            and c["status"] == "True"
+            and o
+        ),
+    )
+    assert obj["status"]["phase"] == "Ready"
+    assert condition(obj, "Progressing")["reason"] == "RolloutComplete"  # type: ignore[index]
+    row = cluster.kubectl("get", "llmd", "live", "-n", namespace, "--no-headers").stdout.split()
+    assert row[:3] == ["live", "Ready", "1/1"]
+    events = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=live",
+        "-o", "jsonpath={.items[*].reason}",
+    ).stdout.split()  # fmt: skip
+    assert "ReadyTrue" in events
