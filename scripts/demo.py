@@ -87,7 +87,8 @@ def main() -> int:
             show(cluster, "what slotune made", "get", "deploy,rs,svc,pods", "-n", "default")
             show(
                 cluster, "the engine flags slotune rendered",
-                "get", "deploy", "llama-8b", "-o", "jsonpath={.spec.template.spec.containers[0].args}",
+                "get", "deploy", "llama-8b",
+                "-o", "jsonpath={.spec.template.spec.containers[0].args}",
             )  # fmt: skip
             show(
                 cluster, "why the broken one is not served",

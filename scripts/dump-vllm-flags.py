@@ -1,7 +1,8 @@
 """Dumps every option string of the real `vllm serve` parser, for slotune's flag table.
 
 Run with the vLLM environment's python (scripts/setup-vllm-cpu.sh prints it):
-    $(scripts/setup-vllm-cpu.sh) scripts/dump-vllm-flags.py > operator/slotune/engine/vllm_flags/<version>.txt
+    $(scripts/setup-vllm-cpu.sh) scripts/dump-vllm-flags.py \
+        > operator/slotune/engine/vllm_flags/<version>.txt
 """
 
 import vllm

@@ -9,8 +9,8 @@ export SLOTUNE_K8S_BIN="$(scripts/build-control-plane.sh --print-dir)"
 export HELM="$SLOTUNE_K8S_BIN/helm"
 
 echo "== lint" >&2
-.venv/bin/ruff check operator tests
-.venv/bin/ruff format --check operator tests
+.venv/bin/ruff check operator tests scripts
+.venv/bin/ruff format --check operator tests scripts
 .venv/bin/mypy
 .venv/bin/lint-imports
 "$HELM" lint --strict charts/slotune

@@ -210,7 +210,7 @@ def compute_status(
     tuning = previous.tuning
     trials = None
     if serving is not None and serving.tuning.enabled:
-        tuning = tuning or TuningStatus(max_trials=spec.tuning.max_trials)
+        tuning = tuning or TuningStatus(max_trials=serving.tuning.max_trials)
         trials = f"{tuning.trials_completed}/{serving.tuning.max_trials}"
     return LLMDeploymentStatus(
         observed_generation=observation.generation,
