@@ -132,10 +132,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--pod-monitor", action="store_true", help="render as if the PodMonitor CRD exists"
     )
     render_cmd.set_defaults(func=cmd_render)
+    loadgen_cmd = commands.add_parser(
+        "loadgen",
+        help="drive an OpenAI-compatible endpoint and report latency percentiles and goodput",
+        add_help=False,
+    )
+    loadgen_cmd.add_argument("flags", nargs=argparse.REMAINDER, help="see slotune loadgen --help")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["loadgen"]:
+        # The load generator owns its flags (and its --help).
+        from slotune import loadgen  # noqa: PLC0415 - aiohttp is loaded only to drive load
+
+        return loadgen.main(argv[1:])
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

@@ -17,5 +17,5 @@ def test_percentile_matches_linear_interpolation() -> None:
 def test_percentile_of_nothing_is_nan_and_bad_p_is_refused() -> None:
     assert math.isnan(percentile([], 50))
     assert math.isnan(mean([]))
-    with pytest.raises(ValueError, match="0..100"):
+    with pytest.raises(ValueError, match=r"0\.\.100"):
         percentile([1.0], 101)

@@ -371,19 +371,12 @@ def render_serve_args(
     extra_args: list[str],
     *,
     tensor_parallel_size: int = 1,
+    host: str = "0.0.0.0",  # noqa: S104 - in a pod the engine serves the pod's network
     port: int = DEFAULT_PORT,
 ) -> list[str]:
     """The whole argument list after `python -m vllm.entrypoints.openai.api_server`."""
-    rendered = [
-        "--model",
-        model,
-        "--served-model-name",
-        served_name,
-        "--host",
-        "0.0.0.0",  # noqa: S104 - the engine serves the pod's network, reached via the Service
-        "--port",
-        str(port),
-    ]
+    rendered = ["--model", model, "--served-model-name", served_name, "--host", host]
+    rendered += ["--port", str(port)]
     if tensor_parallel_size > 1:
         rendered += ["--tensor-parallel-size", str(tensor_parallel_size)]
     return rendered + render_tuned_args(args) + list(extra_args)
