@@ -1,0 +1,857 @@
+"""What slotune reads from vLLM and the GPUs, and where it reads it from.
+
+The PromQL builders are pure functions of plain data (metric names, a label selector, a
+window), so the queries the operator sends are unit-tested as text. Metric names moved between
+vLLM and DCGM exporter versions; `METRICS` lists the candidates for each logical signal, newest
+first, and `resolve_names` picks the ones a source actually exposes. Two sources do the I/O:
+`PrometheusSource` (the only user of prometheus-api-client) for clusters, and `ScrapeSource`,
+which reads an engine's own `/metrics` for local runs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntFlag
+from typing import Any, Literal
+
+import requests
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from prometheus_api_client.prometheus_connect import PrometheusConnect
+from prometheus_client.parser import text_string_to_metric_families
+from urllib3.util.retry import Retry
+
+# --- metric names across versions ---------------------------------------------------------
+
+MetricKind = Literal["counter", "gauge", "histogram", "info"]
+
+
+@dataclass(frozen=True)
+class MetricName:
+    """A logical signal and the exposed names it has had, newest first.
+
+    Counters are named with their `_total` suffix; histograms by their base name (the series
+    are `<base>_bucket`, `<base>_sum` and `<base>_count`).
+    """
+
+    kind: MetricKind
+    candidates: tuple[str, ...]
+
+    @property
+    def default(self) -> str:
+        return self.candidates[0]
+
+
+METRICS: Mapping[str, MetricName] = {
+    # vLLM latency histograms (seconds)
+    "ttft": MetricName("histogram", ("vllm:time_to_first_token_seconds",)),
+    "tpot": MetricName(
+        "histogram",
+        # The older name was hidden in 0.32 and is gone from 0.33 (vllm.md §3).
+        ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
+    ),
+    "itl": MetricName("histogram", ("vllm:inter_token_latency_seconds",)),
+    "e2e": MetricName("histogram", ("vllm:e2e_request_latency_seconds",)),
+    "queue_time": MetricName("histogram", ("vllm:request_queue_time_seconds",)),
+    "prefill_time": MetricName("histogram", ("vllm:request_prefill_time_seconds",)),
+    "decode_time": MetricName("histogram", ("vllm:request_decode_time_seconds",)),
+    # vLLM token-count histograms: the workload's shape
+    "request_prompt_tokens": MetricName("histogram", ("vllm:request_prompt_tokens",)),
+    "request_generation_tokens": MetricName("histogram", ("vllm:request_generation_tokens",)),
+    # vLLM counters
+    "request_success": MetricName("counter", ("vllm:request_success_total",)),
+    "prompt_tokens": MetricName("counter", ("vllm:prompt_tokens_total",)),
+    "generation_tokens": MetricName("counter", ("vllm:generation_tokens_total",)),
+    "preemptions": MetricName("counter", ("vllm:num_preemptions_total",)),
+    "prefix_cache_hits": MetricName(
+        "counter", ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+    ),
+    "prefix_cache_queries": MetricName(
+        "counter", ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+    ),
+    "admission_rejections": MetricName("counter", ("vllm:admission_rejections_total",)),
+    # vLLM gauges
+    "kv_cache_usage": MetricName(
+        "gauge", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    ),
+    "requests_running": MetricName("gauge", ("vllm:num_requests_running",)),
+    "requests_waiting": MetricName("gauge", ("vllm:num_requests_waiting",)),
+    "cache_config": MetricName("info", ("vllm:cache_config_info",)),
+    # DCGM exporter (vllm.md §5)
+    "gpu_sm_clock": MetricName("gauge", ("DCGM_FI_DEV_SM_CLOCK",)),
+    # Not in the exporter's default CSV; used when a custom CSV adds it.
+    "gpu_max_sm_clock": MetricName("gauge", ("DCGM_FI_DEV_MAX_SM_CLOCK",)),
+    "gpu_clock_event_reasons": MetricName(
+        "gauge", ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+    ),
+    "gpu_fb_used": MetricName("gauge", ("DCGM_FI_DEV_FB_USED",)),
+    "gpu_temperature": MetricName("gauge", ("DCGM_FI_DEV_GPU_TEMP",)),
+    "gpu_power": MetricName("gauge", ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS")),
+}
+
+LatencySignal = Literal["ttft", "tpot", "itl", "e2e", "queue_time", "prefill_time", "decode_time"]
+
+
+def _exposed_series(name: str, kind: MetricKind) -> str:
+    """The series name that proves a metric is exposed."""
+    return f"{name}_bucket" if kind == "histogram" else name
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Logical signal → the name to query. Defaults to the newest names."""
+
+    names: Mapping[str, str] = field(
+        default_factory=lambda: {key: metric.default for key, metric in METRICS.items()}
+    )
+    missing: frozenset[str] = frozenset()
+    resolved: bool = False  # True when checked against what a source exposes
+
+    def exposes(self, logical: str) -> bool | None:
+        """Whether the source exposes the signal; None when the names were not resolved."""
+        return logical not in self.missing if self.resolved else None
+
+    def __getitem__(self, logical: str) -> str:
+        return self.names[logical]
+
+
+DEFAULT_NAMES = MetricNames()
+
+
+def resolve_names(exposed: Iterable[str]) -> MetricNames:
+    """Pick, for each logical signal, the first candidate among the exposed series names
+    (as `__name__` label values, e.g. `vllm:time_to_first_token_seconds_bucket`). A signal
+    with no exposed candidate keeps its newest name and is listed in `missing`."""
+    present = set(exposed)
+    names: dict[str, str] = {}
+    missing: set[str] = set()
+    for logical, metric in METRICS.items():
+        found = next(
+            (c for c in metric.candidates if _exposed_series(c, metric.kind) in present), None
+        )
+        if found is None:
+            missing.add(logical)
+        names[logical] = found or metric.default
+    return MetricNames(names, frozenset(missing), resolved=True)
+
+
+# --- selectors and windows ----------------------------------------------------------------
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Label matchers, rendered as `{a="x",b=~"y|z"}` (empty when there are none):
+    `labels` match exactly, `regex` as RE2 regular expressions."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    regex: Mapping[str, str] = field(default_factory=dict)
+
+    def render(self) -> str:
+        matchers = [(key, "=", value) for key, value in self.labels.items()]
+        matchers += [(key, "=~", value) for key, value in self.regex.items()]
+        if not matchers:
+            return ""
+        inner = ",".join(f'{key}{op}"{_escape(value)}"' for key, op, value in sorted(matchers))
+        return "{" + inner + "}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def with_labels(self, **labels: str) -> Selector:
+        return Selector({**self.labels, **labels}, self.regex)
+
+    def with_regex(self, **regex: str) -> Selector:
+        return Selector(self.labels, {**self.regex, **regex})
+
+
+def vllm_selector(
+    model_name: str | None = None, namespace: str | None = None, pod: str | None = None
+) -> Selector:
+    """Matchers for vLLM's series: `model_name` is the served name; `namespace` and `pod` are
+    the target labels Prometheus adds when it scrapes pods."""
+    given = {"model_name": model_name, "namespace": namespace, "pod": pod}
+    return Selector({key: value for key, value in given.items() if value is not None})
+
+
+def dcgm_selector(
+    namespace: str | None = None, pod: str | None = None, *, exported: bool = False
+) -> Selector:
+    """Matchers for DCGM exporter series of the GPUs a pod holds. With `honorLabels: false`
+    the exporter's own pod labels arrive as `exported_namespace`/`exported_pod`."""
+    prefix = "exported_" if exported else ""
+    given = {f"{prefix}namespace": namespace, f"{prefix}pod": pod}
+    return Selector({key: value for key, value in given.items() if value is not None})
+
+
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+    "y": 31536000,
+}
+
+
+def window_seconds(window: str) -> float:
+    """Seconds in a Prometheus duration such as `5m` or `1h30m`."""
+    parts = _DURATION_PART.findall(window)
+    if not parts or "".join(n + u for n, u in parts) != window:
+        raise ValueError(f"not a Prometheus duration: {window!r}")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+def _quantile(percentile: float) -> str:
+    if not 0 < percentile < 100:
+        raise ValueError(f"percentile must be within 0..100 (exclusive), got {percentile}")
+    return repr(round(percentile / 100, 10))
+
+
+def _by(labels: Sequence[str]) -> str:
+    return f" by ({', '.join(labels)})" if labels else ""
+
+
+# --- PromQL: generic histogram and counter shapes -----------------------------------------
+
+
+def histogram_quantile_query(
+    metric: str,
+    percentile: float,
+    window: str,
+    selector: Selector = Selector(),
+    by: Sequence[str] = (),
+) -> str:
+    """The pN of a histogram over a window, summed over the selected series first."""
+    window_seconds(window)
+    groups = _by(("le", *by))
+    return (
+        f"histogram_quantile({_quantile(percentile)}, "
+        f"sum{groups} (rate({metric}_bucket{selector}[{window}])))"
+    )
+
+
+def histogram_mean_query(
+    metric: str, window: str, selector: Selector = Selector(), by: Sequence[str] = ()
+) -> str:
+    """Mean observation over a window: rate of the sum over rate of the count."""
+    window_seconds(window)
+    groups = _by(by)
+    return (
+        f"sum{groups} (rate({metric}_sum{selector}[{window}]))"
+        f" / sum{groups} (rate({metric}_count{selector}[{window}]))"
+    )
+
+
+def counter_rate_query(
+    metric: str, window: str, selector: Selector = Selector(), by: Sequence[str] = ()
+) -> str:
+    window_seconds(window)
+    return f"sum{_by(by)} (rate({metric}{selector}[{window}]))"
+
+
+def counter_increase_query(
+    metric: str, window: str, selector: Selector = Selector(), by: Sequence[str] = ()
+) -> str:
+    window_seconds(window)
+    return f"sum{_by(by)} (increase({metric}{selector}[{window}]))"
+
+
+# --- PromQL: vLLM -------------------------------------------------------------------------
+
+
+def latency_quantile(
+    signal: LatencySignal,
+    percentile: float,
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """pN of TTFT, TPOT, ITL, e2e, queue, prefill or decode time, in seconds."""
+    return histogram_quantile_query(names[signal], percentile, window, selector, by)
+
+
+def latency_mean(
+    signal: LatencySignal,
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return histogram_mean_query(names[signal], window, selector, by)
+
+
+def request_throughput(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    completed_only: bool = False,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """Finished requests per second; `completed_only` leaves out aborts and errors."""
+    if completed_only:
+        selector = selector.with_regex(finished_reason="stop|length")
+    return counter_rate_query(names["request_success"], window, selector, by)
+
+
+def prompt_token_throughput(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """Prefill tokens per second, cached ones included."""
+    return counter_rate_query(names["prompt_tokens"], window, selector, by)
+
+
+def generation_token_throughput(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return counter_rate_query(names["generation_tokens"], window, selector, by)
+
+
+def kv_cache_usage(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """KV cache in use now, a fraction 0-1; the fullest replica."""
+    return f"max{_by(by)} ({names['kv_cache_usage']}{selector})"
+
+
+def kv_cache_usage_max(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """The highest KV cache use (0-1) over a window, the fullest replica."""
+    window_seconds(window)
+    return f"max{_by(by)} (max_over_time({names['kv_cache_usage']}{selector}[{window}]))"
+
+
+def preemption_rate(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return counter_rate_query(names["preemptions"], window, selector, by)
+
+
+def preemption_increase(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return counter_increase_query(names["preemptions"], window, selector, by)
+
+
+def prefix_cache_hit_rate(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """Token-weighted prefix-cache hit rate, 0-1 (NaN with no queries in the window)."""
+    return (
+        f"{counter_rate_query(names['prefix_cache_hits'], window, selector, by)}"
+        f" / {counter_rate_query(names['prefix_cache_queries'], window, selector, by)}"
+    )
+
+
+def requests_running(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return f"sum{_by(by)} ({names['requests_running']}{selector})"
+
+
+def requests_waiting(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = (),
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return f"sum{_by(by)} ({names['requests_waiting']}{selector})"
+
+
+# --- PromQL: the workload fingerprint of live traffic ---------------------------------------
+
+
+def arrival_rate(
+    window: str, selector: Selector = Selector(), *, names: MetricNames = DEFAULT_NAMES
+) -> str:
+    """Requests arriving per second. vLLM counts requests when they finish, not when they
+    arrive, so arrivals = finished + the change in requests inside the engine (running and
+    waiting) + requests the queue limits turned away, all over the window."""
+    seconds = window_seconds(window)
+    finished = counter_rate_query(names["request_success"], window, selector)
+    in_engine = (
+        f"(sum(delta({names['requests_running']}{selector}[{window}]))"
+        f" + sum(delta({names['requests_waiting']}{selector}[{window}])))"
+        f" / {seconds:g}"
+    )
+    # Older vLLM has no admission counter: an absent series must not empty the sum.
+    rejected = (
+        f"({counter_rate_query(names['admission_rejections'], window, selector)} or vector(0))"
+    )
+    return f"{finished} + {in_engine} + {rejected}"
+
+
+def prompt_length_mean(
+    window: str, selector: Selector = Selector(), *, names: MetricNames = DEFAULT_NAMES
+) -> str:
+    return histogram_mean_query(names["request_prompt_tokens"], window, selector)
+
+
+def prompt_length_quantile(
+    percentile: float,
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return histogram_quantile_query(names["request_prompt_tokens"], percentile, window, selector)
+
+
+def output_length_mean(
+    window: str, selector: Selector = Selector(), *, names: MetricNames = DEFAULT_NAMES
+) -> str:
+    return histogram_mean_query(names["request_generation_tokens"], window, selector)
+
+
+def output_length_quantile(
+    percentile: float,
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    return histogram_quantile_query(
+        names["request_generation_tokens"], percentile, window, selector
+    )
+
+
+FINGERPRINT_PERCENTILES: tuple[float, ...] = (50, 90, 99)
+
+
+def workload_fingerprint_queries(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    percentiles: Sequence[float] = FINGERPRINT_PERCENTILES,
+    names: MetricNames = DEFAULT_NAMES,
+) -> dict[str, str]:
+    """Every query of the fingerprint, by key (`arrival_rate`, `prompt_mean`, `prompt_p50`,
+    …, `output_mean`, `output_p99`). Token quantiles are interpolated inside vLLM's 1-2-5
+    token buckets, so they are estimates; the means are exact."""
+    queries = {
+        "arrival_rate": arrival_rate(window, selector, names=names),
+        "prompt_mean": prompt_length_mean(window, selector, names=names),
+        "output_mean": output_length_mean(window, selector, names=names),
+    }
+    for p in percentiles:
+        key = f"p{p:g}"
+        queries[f"prompt_{key}"] = prompt_length_quantile(p, window, selector, names=names)
+        queries[f"output_{key}"] = output_length_quantile(p, window, selector, names=names)
+    return queries
+
+
+@dataclass(frozen=True)
+class WorkloadFingerprint:
+    """The shape of live traffic over a window; None where there was no traffic."""
+
+    window: str
+    arrival_rate: float | None
+    prompt_mean: float | None
+    output_mean: float | None
+    prompt_quantiles: dict[float, float | None]
+    output_quantiles: dict[float, float | None]
+
+
+# --- PromQL: DCGM exporter -----------------------------------------------------------------
+
+
+class ClockEventReason(IntFlag):
+    """Bits of `DCGM_FI_DEV_CLOCKS_EVENT_REASONS` (DCGM_CLOCKS_EVENT_REASON_*). Names follow
+    the exporter's `clock_event` label values."""
+
+    GPU_IDLE = 0x1
+    CLOCKS_SETTING = 0x2
+    POWER_CAP = 0x4  # SW power cap
+    HW_SLOWDOWN = 0x8
+    SYNC_BOOST = 0x10
+    SW_THERMAL = 0x20
+    HW_THERMAL = 0x40
+    HW_POWER_BRAKE = 0x80
+    DISPLAY_CLOCKS = 0x100
+
+
+# Reasons that mean the GPU is slowed below what the workload asks for: heat or power.
+THROTTLING = (
+    ClockEventReason.POWER_CAP
+    | ClockEventReason.HW_SLOWDOWN
+    | ClockEventReason.SW_THERMAL
+    | ClockEventReason.HW_THERMAL
+    | ClockEventReason.HW_POWER_BRAKE
+)
+THERMAL = ClockEventReason.SW_THERMAL | ClockEventReason.HW_THERMAL
+POWER = ClockEventReason.POWER_CAP | ClockEventReason.HW_POWER_BRAKE
+
+
+@dataclass(frozen=True)
+class ClockEvents:
+    """A decoded clock-event bitmask."""
+
+    mask: int
+    reasons: tuple[str, ...]
+    unknown_bits: int
+
+    @property
+    def throttled(self) -> bool:
+        return bool(self.mask & THROTTLING)
+
+    @property
+    def thermal(self) -> bool:
+        return bool(self.mask & THERMAL)
+
+    @property
+    def power(self) -> bool:
+        return bool(self.mask & POWER)
+
+
+def decode_clock_event_reasons(mask: float) -> ClockEvents:
+    """The reason names (lower case, as in `clock_event`) set in a bitmask; Prometheus hands
+    the mask over as a float."""
+    if mask < 0 or mask != int(mask):
+        raise ValueError(f"not a clock-event bitmask: {mask}")
+    bits = int(mask)
+    reasons = tuple(r.name.lower() for r in ClockEventReason if r.name and bits & r)
+    known = 0
+    for reason in ClockEventReason:
+        known |= int(reason)
+    return ClockEvents(mask=bits, reasons=reasons, unknown_bits=bits & ~known)
+
+
+GPU_LABELS: tuple[str, ...] = ("gpu", "UUID")
+
+
+def gpu_sm_clock(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = GPU_LABELS,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """SM clock now, MHz, per GPU."""
+    return f"max{_by(by)} ({names['gpu_sm_clock']}{selector})"
+
+
+def gpu_sm_clock_ratio(
+    selector: Selector = Selector(),
+    *,
+    max_window: str = "1h",
+    by: Sequence[str] = GPU_LABELS,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """SM clock as a fraction of its maximum, per GPU. The maximum is
+    `DCGM_FI_DEV_MAX_SM_CLOCK` when resolved names show the exporter exposes it (it is not in
+    the default CSV), else the highest clock seen over `max_window`. An idle GPU also clocks
+    down, so read this together with the clock-event reasons."""
+    clock = f"max{_by(by)} ({names['gpu_sm_clock']}{selector})"
+    if not names.exposes("gpu_max_sm_clock"):
+        window_seconds(max_window)
+        ceiling = f"max{_by(by)} (max_over_time({names['gpu_sm_clock']}{selector}[{max_window}]))"
+    else:
+        ceiling = f"max{_by(by)} ({names['gpu_max_sm_clock']}{selector})"
+    return f"{clock} / {ceiling}"
+
+
+def gpu_clock_event_reasons(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = GPU_LABELS,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """The clock-event bitmask per GPU; decode each value with `decode_clock_event_reasons`.
+    (Not in the exporter's default CSV.) Bitmasks do not aggregate, so `by` should name the
+    GPU."""
+    return f"max{_by(by)} ({names['gpu_clock_event_reasons']}{selector})"
+
+
+def gpu_framebuffer_used(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = GPU_LABELS,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """Framebuffer memory in use, MiB, per GPU."""
+    return f"max{_by(by)} ({names['gpu_fb_used']}{selector})"
+
+
+def gpu_temperature(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = GPU_LABELS,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """GPU temperature, °C, per GPU."""
+    return f"max{_by(by)} ({names['gpu_temperature']}{selector})"
+
+
+def gpu_power(
+    selector: Selector = Selector(),
+    *,
+    by: Sequence[str] = GPU_LABELS,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """Power draw, W, per GPU."""
+    return f"max{_by(by)} ({names['gpu_power']}{selector})"
+
+
+# --- sources ------------------------------------------------------------------------------
+
+
+class MetricsUnavailable(Exception):  # noqa: N818 - a state callers wait out, not a bug
+    """A metrics source could not be read; the message says which and why."""
+
+
+Bucket = tuple[float, float]
+"""(upper bound, cumulative count); the last bound is +Inf."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: Mapping[str, str]
+    value: float
+
+
+def _le(value: str) -> float:
+    return math.inf if value in {"+Inf", "Inf"} else float(value)
+
+
+def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in wanted.items())
+
+
+def _sum_buckets(samples: Iterable[Sample]) -> list[Bucket]:
+    totals: dict[float, float] = {}
+    for sample in samples:
+        bound = _le(sample.labels["le"])
+        totals[bound] = totals.get(bound, 0.0) + sample.value
+    return sorted(totals.items())
+
+
+class PrometheusSource:
+    """Reads vLLM and DCGM metrics from a Prometheus server."""
+
+    def __init__(self, url: str, *, timeout: int = 10) -> None:
+        self.url = url.rstrip("/")
+        # No retries: an unreachable Prometheus is reported at once, the caller retries later.
+        self._client = PrometheusConnect(
+            url=self.url, timeout=timeout, retry=Retry(total=0, raise_on_status=False)
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as err:
+            raise MetricsUnavailable(f"Prometheus at {self.url} failed {what}: {err}") from err
+
+    def check(self) -> None:
+        """Raise `MetricsUnavailable` unless a Prometheus query API answers at the URL."""
+        result = self._call("a test query", self._client.custom_query, "vector(1)")
+        if not isinstance(result, list) or not result:
+            raise MetricsUnavailable(
+                f"{self.url} answered, but not like a Prometheus query API: {result!r}"
+            )
+
+    def query(self, promql: str, at: float | None = None) -> list[Sample]:
+        """An instant query, now or `at` a Unix time; a scalar result comes back as one
+        sample without labels."""
+        params = {"time": repr(at)} if at is not None else None
+        result = self._call(
+            f"the query {promql!r}", self._client.custom_query, promql, params=params
+        )
+        if len(result) == 2 and not isinstance(result[0], dict):  # a scalar: [ts, value]
+            return [Sample({}, float(result[1]))]
+        return [Sample(dict(item["metric"]), float(item["value"][1])) for item in result]
+
+    def query_value(self, promql: str, at: float | None = None) -> float | None:
+        """The single value of an instant query; None for no series or NaN (no data in the
+        window). A query that returns several series is a mistake in the query."""
+        samples = self.query(promql, at)
+        if not samples:
+            return None
+        if len(samples) > 1:
+            raise ValueError(f"{promql!r} returned {len(samples)} series; aggregate it")
+        value = samples[0].value
+        return None if math.isnan(value) else value
+
+    def histogram_buckets(
+        self, metric: str, selector: Selector = Selector(), window: str | None = None
+    ) -> list[Bucket]:
+        """Cumulative bucket counts of a histogram (base name), summed over the selected
+        series: the increase over `window`, or the counts since start when None."""
+        series = f"{metric}_bucket{selector}"
+        if window is not None:
+            window_seconds(window)
+            series = f"increase({series}[{window}])"
+        return _sum_buckets(self.query(f"sum by (le) ({series})"))
+
+    def label_values(self, label: str, match: str | None = None) -> list[str]:
+        """Values of a label, optionally only on series matching a selector."""
+        params = {"match[]": match} if match is not None else None
+        values = self._call(
+            f"the values of {label}", self._client.get_label_values, label, params=params
+        )
+        return sorted(str(v) for v in values)
+
+    def metric_names(self) -> set[str]:
+        return set(self.label_values("__name__"))
+
+    def cache_config_info(self, selector: Selector = Selector()) -> dict[str, str]:
+        """The labels of `vllm:cache_config_info` (block_size, num_gpu_blocks, …) of the first
+        selected engine. The metric has no `model_name` label (vLLM 0.32), so a `model_name`
+        matcher is dropped from the selector; select by namespace and pod instead."""
+        labels = {k: v for k, v in selector.labels.items() if k != "model_name"}
+        regex = {k: v for k, v in selector.regex.items() if k != "model_name"}
+        name = METRICS["cache_config"].default
+        found = self.query(f"{name}{Selector(labels, regex)}")
+        if not found:
+            raise MetricsUnavailable(f"Prometheus at {self.url} has no {name}{selector}")
+        info = dict(sorted(found, key=lambda s: sorted(s.labels.items()))[0].labels)
+        info.pop("__name__", None)
+        return info
+
+    def resolve_names(self) -> MetricNames:
+        return resolve_names(self.metric_names())
+
+    def workload_fingerprint(
+        self,
+        window: str,
+        selector: Selector = Selector(),
+        *,
+        percentiles: Sequence[float] = FINGERPRINT_PERCENTILES,
+        names: MetricNames = DEFAULT_NAMES,
+    ) -> WorkloadFingerprint:
+        queries = workload_fingerprint_queries(
+            window, selector, percentiles=percentiles, names=names
+        )
+        values = {key: self.query_value(q) for key, q in queries.items()}
+        return WorkloadFingerprint(
+            window=window,
+            arrival_rate=values["arrival_rate"],
+            prompt_mean=values["prompt_mean"],
+            output_mean=values["output_mean"],
+            prompt_quantiles={p: values[f"prompt_p{p:g}"] for p in percentiles},
+            output_quantiles={p: values[f"output_p{p:g}"] for p in percentiles},
+        )
+
+
+@dataclass(frozen=True)
+class Exposition:
+    """A parsed Prometheus text exposition (one scrape of `/metrics`)."""
+
+    samples: Mapping[str, tuple[Sample, ...]]
+    types: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> Exposition:
+        samples: dict[str, list[Sample]] = {}
+        types: dict[str, str] = {}
+        for family in text_string_to_metric_families(text):
+            types[family.name] = family.type
+            for s in family.samples:
+                samples.setdefault(s.name, []).append(Sample(dict(s.labels), float(s.value)))
+        return cls({k: tuple(v) for k, v in samples.items()}, types)
+
+    def metric_names(self) -> set[str]:
+        """Series names, as Prometheus stores them in `__name__`."""
+        return set(self.samples)
+
+    def select(self, name: str, **labels: str) -> list[Sample]:
+        return [s for s in self.samples.get(name, ()) if _matches(s.labels, labels)]
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """Sum of the series of a gauge or counter (full series name, `_total` included)
+        whose labels include the given ones; None when none match."""
+        found = self.select(name, **labels)
+        return sum(s.value for s in found) if found else None
+
+    def histogram_buckets(self, metric: str, **labels: str) -> list[Bucket]:
+        """Cumulative bucket counts of a histogram (base name), summed over matching series."""
+        return _sum_buckets(self.select(f"{metric}_bucket", **labels))
+
+    def cache_config_info(self, **labels: str) -> dict[str, str]:
+        """The labels of `vllm:cache_config_info` (block_size, num_gpu_blocks, …). In vLLM
+        0.32 this metric carries `engine` but no `model_name` label."""
+        found = self.select(METRICS["cache_config"].default, **labels)
+        if not found:
+            raise MetricsUnavailable("the exposition has no vllm:cache_config_info")
+        return dict(found[0].labels)
+
+
+class ScrapeSource:
+    """Reads an engine's own `/metrics` directly (local runs, no Prometheus)."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def scrape(self) -> Exposition:
+        if not self.url.startswith(("http://", "https://")):
+            raise MetricsUnavailable(f"not an http(s) metrics URL: {self.url}")
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:  # noqa: S310 - scheme checked above
+                text = response.read().decode()
+        except (urllib.error.URLError, OSError) as err:
+            raise MetricsUnavailable(f"scraping {self.url} failed: {err}") from err
+        try:
+            return Exposition.parse(text)
+        except ValueError as err:
+            raise MetricsUnavailable(f"{self.url} served no Prometheus exposition: {err}") from err
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.scrape().value(name, **labels)
+
+    def histogram_buckets(self, metric: str, **labels: str) -> list[Bucket]:
+        return self.scrape().histogram_buckets(metric, **labels)
+
+    def cache_config_info(self, **labels: str) -> dict[str, str]:
+        return self.scrape().cache_config_info(**labels)
+
+    def metric_names(self) -> set[str]:
+        return self.scrape().metric_names()
+
+    def resolve_names(self) -> MetricNames:
+        return resolve_names(self.metric_names())
