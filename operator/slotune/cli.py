@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     loadgen_cmd.add_argument("flags", nargs=argparse.REMAINDER, help="see slotune loadgen --help")
+    tune_cmd = commands.add_parser(
+        "tune", help="tune the engine for an LLMDeployment's SLO (--local: on this machine)"
+    )
+    tune_cmd.add_argument("flags", nargs=argparse.REMAINDER, help="see slotune tune --help")
     return parser
 
 
@@ -148,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         from slotune import loadgen  # noqa: PLC0415 - aiohttp is loaded only to drive load
 
         return loadgen.main(argv[1:])
+    if argv[:1] == ["tune"]:
+        from slotune.tuner import local  # noqa: PLC0415 - Optuna is loaded only to tune
+
+        return local.main(argv[1:])
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

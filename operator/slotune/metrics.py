@@ -11,7 +11,6 @@ which reads an engine's own `/metrics` for local runs.
 from __future__ import annotations
 
 import math
-import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +23,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_api_client.prometheus_connect import PrometheusConnect
 from prometheus_client.parser import text_string_to_metric_families
 from urllib3.util.retry import Retry
+
+from slotune.models import seconds
 
 # --- metric names across versions ---------------------------------------------------------
 
@@ -191,24 +192,9 @@ def dcgm_selector(
     return Selector({key: value for key, value in given.items() if value is not None})
 
 
-_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
-_UNIT_SECONDS = {
-    "ms": 0.001,
-    "s": 1,
-    "m": 60,
-    "h": 3600,
-    "d": 86400,
-    "w": 604800,
-    "y": 31536000,
-}
-
-
 def window_seconds(window: str) -> float:
     """Seconds in a Prometheus duration such as `5m` or `1h30m`."""
-    parts = _DURATION_PART.findall(window)
-    if not parts or "".join(n + u for n, u in parts) != window:
-        raise ValueError(f"not a Prometheus duration: {window!r}")
-    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+    return seconds(window)
 
 
 def _quantile(percentile: float) -> str:

@@ -28,10 +28,20 @@ SHORT_NAMES = ["llmd"]
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 Duration = Annotated[
     str,
     Field(pattern=_DURATION.pattern, json_schema_extra={"example": "5m"}),
 ]
+
+
+def seconds(duration: str) -> float:
+    """Seconds in a duration such as `500ms`, `5m` or `1h30m` (Prometheus' notation)."""
+    parts = _DURATION_PART.findall(duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f"not a duration: {duration!r} (write e.g. 90s, 5m or 1h30m)")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:

@@ -111,10 +111,14 @@ class OperatorProcess:
                 "SLOTUNE_RESYNC_SECONDS": str(RESYNC_SECONDS),
             },
         )
-        wait_for(
-            "the operator to start watching",
-            lambda: "Started the slotune operator" in self.log() or self.dead(),
-        )
+        try:
+            wait_for(
+                "the operator to start watching",
+                lambda: "Started the slotune operator" in self.log() or self.dead(),
+            )
+        except AssertionError:
+            self.stop()  # never leave an operator behind a failed start
+            raise
         assert not self.dead(), self.log()
 
     def dead(self) -> bool:

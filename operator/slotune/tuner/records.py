@@ -1,0 +1,81 @@
+"""Trial records: what each trial ran, measured, and why it failed.
+
+They are the study's memory. Appended one JSON line per trial (locally) or kept in the
+API (in the cluster), they are enough to rebuild the Optuna study after a restart and carry
+on where it stopped, and they are what the report and the benchmark read.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class TrialState(StrEnum):
+    MEASURED = "Measured"  # the engine started and was measured (feasible or not)
+    REJECTED = "Rejected"  # broke a known rule: never launched
+    FAILED = "Failed"  # launched, but did not become a healthy engine
+
+
+class Measurement(BaseModel):
+    """What one load run saw, reduced to the figures the tuner decides on."""
+
+    slo_percentiles: dict[str, float | None] = Field(
+        default_factory=dict, description="Each SLO metric at its target percentile, seconds."
+    )
+    ttft_p95: float | None = None
+    tpot_p95: float | None = None
+    itl_p95: float | None = None
+    e2e_p95: float | None = None
+    request_throughput: float = 0.0
+    output_throughput: float = 0.0
+    goodput: float = 0.0
+    completed: int = 0
+    failed: int = 0
+    send_rate: float = 0.0
+    scheduling_lag_p99: float | None = None
+
+
+class TrialRecord(BaseModel):
+    number: int
+    phase: Literal["screen", "finalist"] = "screen"
+    label: str | None = Field(default=None, description="e.g. vllm-defaults, current")
+    params: dict[str, Any]
+    state: TrialState
+    cause: str | None = None
+    failure_kind: str | None = None
+    facts: dict[str, Any] | None = None
+    measurement: Measurement | None = None
+    score: float = 0.0
+    constraints: list[float] = Field(default_factory=list)
+    feasible: bool = False
+    seconds: float = 0.0
+    of_trial: int | None = Field(default=None, description="For a finalist: the trial re-measured.")
+
+    @property
+    def launched(self) -> bool:
+        return self.state != TrialState.REJECTED
+
+
+class RecordStore:
+    """An append-only JSON-lines file of trial records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> list[TrialRecord]:
+        if not self.path.exists():
+            return []
+        return [
+            TrialRecord.model_validate_json(line)
+            for line in self.path.read_text().splitlines()
+            if line.strip()
+        ]
+
+    def append(self, record: TrialRecord) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            handle.write(record.model_dump_json() + "\n")

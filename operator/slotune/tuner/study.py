@@ -1,0 +1,84 @@
+"""Optuna, configured for SLO tuning: the SLO terms are constraints (not penalties), a failed
+start is an infeasible observation, the study is seeded and deterministic, and it can be
+rebuilt from trial records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import optuna
+from optuna.trial import TrialState
+
+from slotune.models import SloSpec
+from slotune.tuner.records import Measurement, TrialRecord
+from slotune.tuner.space import Space
+
+# A failed or rejected configuration violates every constraint by this much: far worse than
+# any measured miss, so the sampler learns to stay away from the region.
+INFEASIBLE = 10.0
+CONSTRAINTS_ATTR = "constraints"
+
+
+def slo_constraints(slo: SloSpec, measurement: Measurement) -> list[float]:
+    """One value per target, (measured - bound) / bound: feasible when every value is <= 0."""
+    values = []
+    for name, target in slo.targets().items():
+        observed = measurement.slo_percentiles.get(name)
+        values.append(
+            INFEASIBLE if observed is None else (observed - target.max_seconds) / target.max_seconds
+        )
+    return values
+
+
+def infeasible_constraints(slo: SloSpec) -> list[float]:
+    return [INFEASIBLE] * len(slo.targets())
+
+
+def constraint_names(slo: SloSpec) -> list[str]:
+    """One named constraint per SLO target, e.g. `slo:ttft`."""
+    return [f"slo:{name}" for name in slo.targets()]
+
+
+def create_study(seed: int, *, storage: str | None = None, name: str | None = None) -> optuna.Study:
+    """A maximising study with a seeded TPE sampler; constraints come with each trial
+    (`Trial.set_constraint`, Optuna 5's successor of `constraints_func`), and the sampler
+    prefers the feasible region they describe."""
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
+    return optuna.create_study(
+        direction="maximize",
+        sampler=sampler,
+        storage=storage,
+        study_name=name,
+        load_if_exists=storage is not None,
+    )
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, record: TrialRecord, slo: SloSpec) -> None:
+    for name, value in zip(constraint_names(slo), record.constraints, strict=True):
+        trial.set_constraint(name, value)
+    trial.set_user_attr(CONSTRAINTS_ATTR, record.constraints)
+    trial.set_user_attr("state", str(record.state))
+    if record.cause:
+        trial.set_user_attr("cause", record.cause)
+    study.tell(trial, record.score)
+
+
+def rebuild(study: optuna.Study, space: Space, slo: SloSpec, records: Sequence[TrialRecord]) -> int:
+    """Adds the screening records the study does not hold yet; returns how many it added."""
+    known = len(study.get_trials(deepcopy=False))
+    screening = [r for r in records if r.phase == "screen"]
+    added = 0
+    for record in screening[known:]:
+        params = {k: v for k, v in record.params.items() if k in space}
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE,
+                value=record.score,
+                params=params,
+                distributions={k: space[k] for k in params},
+                user_attrs={CONSTRAINTS_ATTR: record.constraints, "state": str(record.state)},
+                constraints=dict(zip(constraint_names(slo), record.constraints, strict=True)),
+            )
+        )
+        added += 1
+    return added

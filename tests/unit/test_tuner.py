@@ -1,0 +1,198 @@
+"""The tuner's logic with a scripted runtime: rules checked before launch, failed starts as
+infeasible observations, determinism, stopping, finalists, and rebuilding from records.
+
+The runtime and measurement here are fakes of the engine (the real engine's tuning runs are
+tests/engine and the benchmark); they answer from the configuration as plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
+from slotune.models import LLMDeploymentSpec
+from slotune.runtime import EngineConfig, EngineStartError
+from slotune.tuner.loop import Tuner, TunerOptions
+from slotune.tuner.records import Measurement, RecordStore, TrialState
+from slotune.tuner.space import CPU
+
+
+def spec(**tuning: Any) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny"},
+            "slo": {"ttft": {"maxSeconds": 2.0}, "tpot": {"maxSeconds": 0.05}},
+            "tuning": {
+                "enabled": True,
+                "maxTrials": 8,
+                "seed": 7,
+                "workload": {
+                    "source": "Synthetic",
+                    "promptTokens": {"mean": 1024},
+                    "outputTokens": {"mean": 32},
+                    "requestRate": 2,
+                },
+                **tuning,
+            },
+        }
+    )
+
+
+@dataclass
+class FakeEngine:
+    base_url: str
+    facts: StartupFacts = field(default_factory=StartupFacts)
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class ScriptedRuntime:
+    """Fails configurations above a token budget (as an OOM would); counts every start."""
+
+    fail_above: int = 1 << 30
+    interrupt_at: int | None = None
+    started: list[dict[str, Any]] = field(default_factory=list)
+
+    def start(self, config: EngineConfig, *, timeout: float) -> FakeEngine:
+        if self.interrupt_at is not None and len(self.started) == self.interrupt_at:
+            raise KeyboardInterrupt
+        args = config.args.explicit()
+        self.started.append(args)
+        if args.get("max_num_batched_tokens", 0) > self.fail_above:
+            raise EngineStartError(
+                StartFailure(FailureKind.OUT_OF_MEMORY, "the engine ran out of memory", ["OOM"])
+            )
+        return FakeEngine(base_url=f"fake://{len(self.started)}")
+
+
+def measure_by_budget(configs: dict[str, dict[str, Any]]) -> Any:
+    """A smaller token budget lowers TPOT and raises TTFT, like chunked prefill does."""
+
+    def measure(base_url: str, seed: int) -> Measurement:
+        budget = configs[base_url]["max_num_batched_tokens"]
+        tpot = 0.00002 * budget + 0.01
+        ttft = 200.0 / budget + 0.1
+        good = 2.0 if tpot <= 0.05 and ttft <= 2.0 else 0.5
+        return Measurement(
+            slo_percentiles={"ttft": ttft, "tpot": tpot},
+            request_throughput=2.0,
+            goodput=good - 0.0001 * abs(budget - 800),
+            completed=60,
+        )
+
+    return measure
+
+
+def make_tuner(
+    tmp_path: Path, s: LLMDeploymentSpec, runtime: ScriptedRuntime, **options: Any
+) -> Tuner:
+    started: dict[str, dict[str, Any]] = {}
+
+    class Recording:
+        def start(self, config: EngineConfig, *, timeout: float) -> FakeEngine:
+            engine = runtime.start(config, timeout=timeout)
+            started[engine.base_url] = config.args.explicit()
+            return engine
+
+    return Tuner(
+        s,
+        runtime=Recording(),
+        measure=measure_by_budget(started),
+        platform=CPU,
+        model="tiny",
+        served_name="tiny",
+        store=RecordStore(tmp_path / "trials.jsonl"),
+        options=TunerOptions(**options),
+    )
+
+
+def test_defaults_miss_and_the_tuner_finds_a_configuration_that_meets_the_slo(
+    tmp_path: Path,
+) -> None:
+    runtime = ScriptedRuntime()
+    outcome = make_tuner(tmp_path, spec(maxTrials=12), runtime, patience=3).run()
+    assert outcome.baseline is not None
+    assert outcome.baseline.label == "vllm-defaults"
+    assert outcome.baseline.params["max_num_batched_tokens"] == 2048
+    assert not outcome.baseline.feasible  # 2048 tokens: TPOT 51 ms > 50 ms
+    assert outcome.winner is not None
+    assert outcome.winner.feasible
+    finalists = [r for r in outcome.records if r.phase == "finalist"]
+    assert finalists, "the winner was re-measured before it was declared"
+    assert outcome.winner.number in {r.of_trial for r in finalists}
+
+
+def test_known_rules_reject_configurations_before_launch(tmp_path: Path) -> None:
+    runtime = ScriptedRuntime()
+    narrowed = spec(
+        searchSpace={
+            "maxNumBatchedTokens": {"values": [64, 1024]},
+            "maxNumSeqs": {"values": [128]},
+            "blockSize": {"values": [24, 128]},
+        }
+    )
+    outcome = make_tuner(tmp_path, narrowed, runtime).run()
+    rejected = [r for r in outcome.records if r.state == TrialState.REJECTED]
+    assert rejected
+    for record in rejected:
+        assert record.params["max_num_batched_tokens"] == 64 or record.params["block_size"] == 24
+        assert "max-num-batched-tokens >= max-num-seqs" in (record.cause or "") or (
+            "24 is not valid on CPU_ATTN" in (record.cause or "")
+        )
+    # None of them ever reached the runtime.
+    for args in runtime.started:
+        assert args["max_num_batched_tokens"] >= args["max_num_seqs"]
+        assert args["block_size"] % 32 == 0
+
+
+def test_a_crash_is_an_infeasible_observation_with_its_cause(tmp_path: Path) -> None:
+    runtime = ScriptedRuntime(fail_above=1500)
+    tuner = make_tuner(tmp_path, spec(), runtime)
+    outcome = tuner.run()
+    failed = [r for r in outcome.records if r.state == TrialState.FAILED]
+    assert failed, "the defaults (2048 tokens) fail to start here"
+    assert failed[0].failure_kind == "OutOfMemory"
+    assert "ran out of memory" in (failed[0].cause or "")
+    assert not failed[0].feasible
+    # The sampler saw it as an infeasible observation, not a dropped trial.
+    trial = tuner.study.trials[failed[0].number]
+    assert trial.state.name == "COMPLETE"
+    assert all(c > 0 for c in trial.user_attrs["constraints"])
+
+
+def test_same_seed_same_study(tmp_path: Path) -> None:
+    first = make_tuner(tmp_path / "a", spec(), ScriptedRuntime()).run()
+    second = make_tuner(tmp_path / "b", spec(), ScriptedRuntime()).run()
+    assert [r.params for r in first.records] == [r.params for r in second.records]
+
+
+def test_a_study_rebuilt_from_records_continues_where_it_stopped(tmp_path: Path) -> None:
+    interrupted = ScriptedRuntime(interrupt_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        make_tuner(tmp_path, spec(maxTrials=7), interrupted, patience=100).run()
+    before = RecordStore(tmp_path / "trials.jsonl").load()
+    assert len(before) == 3
+
+    resumed_runtime = ScriptedRuntime()
+    resumed = make_tuner(tmp_path, spec(maxTrials=7), resumed_runtime, patience=100)
+    assert len(resumed.study.trials) == 3  # rebuilt from the records
+    outcome = resumed.run()
+    launched = [r for r in outcome.records if r.launched]
+    assert len(launched) == 7  # the budget counts the trials before the restart
+    assert [r.number for r in outcome.records if r.phase == "screen"] == list(range(5))
+    assert [r.label for r in outcome.records].count("vllm-defaults") == 1  # not repeated
+    # Trials after the restart are new configurations, not replays of the first three.
+    screened = [r.params for r in outcome.records if r.phase == "screen"]
+    assert all(params not in screened[:3] for params in screened[3:])
+
+
+def test_stops_when_the_slo_is_met_and_trials_stop_paying(tmp_path: Path) -> None:
+    outcome = make_tuner(tmp_path, spec(maxTrials=30), ScriptedRuntime(), patience=2).run()
+    assert "no improvement" in outcome.stopped_because
+    assert sum(1 for r in outcome.records if r.launched) < 30
