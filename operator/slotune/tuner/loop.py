@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import optuna
 from pydantic import ValidationError
 
 from slotune.engine import vllm
@@ -36,7 +37,7 @@ class TunerOptions:
     min_improvement: float = 0.02
     finalists: int = 2
     startup_timeout: float = 300.0
-    seed_labels: tuple[str, ...] = ("vllm-defaults", "current")
+    seed_with_defaults: bool = True
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class Tuner:
         storage: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         extra_env: tuple[tuple[str, str], ...] = (),
+        sampler: optuna.samplers.BaseSampler | None = None,
+        space: Space | None = None,
     ) -> None:
         if spec.slo is None:
             raise ValueError("tuning needs spec.slo")
@@ -109,12 +112,14 @@ class Tuner:
         self.options = options or TunerOptions()
         self.clock = clock
         self.extra_env = extra_env
-        self.space: Space = build_space(platform, spec.tuning.search_space)
+        self.space: Space = space or build_space(platform, spec.tuning.search_space)
         self.records = store.load()
         # A rebuilt study gets a sampler seed moved on by the trials it already holds: the
         # same seed would replay the first random draws and repeat configurations.
         resumed = sum(1 for r in self.records if r.phase == "screen")
-        self.study = studies.create_study(spec.tuning.seed + resumed, storage=storage)
+        self.study = studies.create_study(
+            spec.tuning.seed + resumed, storage=storage, sampler=sampler
+        )
         studies.rebuild(self.study, self.space, self.slo, self.records)
 
     # -- configurations --------------------------------------------------------------------
@@ -238,7 +243,8 @@ class Tuner:
         budget = self.spec.tuning.max_trials
         screening_budget = max(budget - self.options.finalists, 1)
         done_labels = {r.label for r in self.records if r.label}
-        for seed_label, params in self.seed_params():
+        seeds = self.seed_params() if self.options.seed_with_defaults else []
+        for seed_label, params in seeds:
             if seed_label not in done_labels:
                 self.study.enqueue_trial(params, user_attrs={"label": seed_label})
 

@@ -39,11 +39,18 @@ def constraint_names(slo: SloSpec) -> list[str]:
     return [f"slo:{name}" for name in slo.targets()]
 
 
-def create_study(seed: int, *, storage: str | None = None, name: str | None = None) -> optuna.Study:
+def create_study(
+    seed: int,
+    *,
+    storage: str | None = None,
+    name: str | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
+) -> optuna.Study:
     """A maximising study with a seeded TPE sampler; constraints come with each trial
     (`Trial.set_constraint`, Optuna 5's successor of `constraints_func`), and the sampler
     prefers the feasible region they describe."""
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
+    if sampler is None:
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
     return optuna.create_study(
         direction="maximize",
         sampler=sampler,
