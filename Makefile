@@ -1,4 +1,4 @@
-.PHONY: setup test unit integration lint format generate verify demo bench clean
+.PHONY: setup test unit integration engine lint format generate verify tune demo bench clean
 
 PY := .venv/bin/python
 
@@ -15,15 +15,15 @@ integration: setup
 	SLOTUNE_K8S_BIN=$$(scripts/build-control-plane.sh --print-dir) $(PY) -m pytest tests/integration
 
 lint: setup
-	.venv/bin/ruff check operator tests scripts
-	.venv/bin/ruff format --check operator tests scripts
+	.venv/bin/ruff check operator tests scripts bench
+	.venv/bin/ruff format --check operator tests scripts bench
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 	$$(scripts/build-control-plane.sh --print-dir)/helm lint --strict charts/slotune
 
 format: setup
-	.venv/bin/ruff format operator tests scripts
-	.venv/bin/ruff check --fix operator tests scripts
+	.venv/bin/ruff format operator tests scripts bench
+	.venv/bin/ruff check --fix operator tests scripts bench
 
 generate: setup   ## CRD from the models, chart CRD copy, manifests/ from the chart
 	scripts/generated.sh generate
@@ -31,8 +31,19 @@ generate: setup   ## CRD from the models, chart CRD copy, manifests/ from the ch
 verify: setup     ## generated files match their sources
 	scripts/generated.sh check
 
-demo:             ## the operator on a local control plane with a sample LLMDeployment
+tune:             ## the main job: a local tuning study on the real vLLM CPU engine
+	scripts/tune-demo.sh
+
+demo:             ## the operator on a local control plane with the sample LLMDeployments
 	scripts/demo.sh
+
+engine: setup     ## the engine tests (real vLLM CPU engine, real Prometheus)
+	scripts/setup.sh --with-engine
+	$(PY) -m pytest tests/engine
+
+bench: setup      ## benchmarks that print figures (load generator overhead; tuner comparison)
+	$(PY) bench/loadgen_overhead.py
+	$(PY) bench/tuner_comparison.py
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache

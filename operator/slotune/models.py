@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -344,8 +344,8 @@ class SloSpec(ApiModel):
 # --- tuning -------------------------------------------------------------------------------
 
 
-class IntRange(ApiModel):
-    """An integer range to search, or a list of values."""
+class _Range(ApiModel):
+    """A range to search (min/max) or a list of values; subclasses give the field types."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -361,49 +361,36 @@ class IntRange(ApiModel):
             ]
         }
     )
+
+    if TYPE_CHECKING:  # the fields, typed by each subclass
+        min: float | None
+        max: float | None
+        values: list[int] | list[float] | None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _Range:
+        low, high, values = self.min, self.max, self.values
+        if low is not None and high is not None and low > high:
+            raise ValueError("min must not exceed max")
+        if values is not None and (low is not None or high is not None):
+            raise ValueError("give either values or min/max, not both")
+        return self
+
+
+class IntRange(_Range):
+    """An integer range to search, or a list of values."""
 
     min: int | None = Field(default=None, ge=1)
     max: int | None = Field(default=None, ge=1)
     values: list[int] | None = Field(default=None, min_length=1, max_length=64)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> IntRange:
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError("min must not exceed max")
-        if self.values is not None and (self.min is not None or self.max is not None):
-            raise ValueError("give either values or min/max, not both")
-        return self
 
-
-class FloatRange(ApiModel):
+class FloatRange(_Range):
     """A real range to search, or a list of values."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "!has(self.min) || !has(self.max) || self.min <= self.max",
-                    "min must not exceed max",
-                ),
-                cel(
-                    "!(has(self.values) && (has(self.min) || has(self.max)))",
-                    "give either values or min/max, not both",
-                ),
-            ]
-        }
-    )
 
     min: float | None = Field(default=None, gt=0, le=1)
     max: float | None = Field(default=None, gt=0, le=1)
     values: list[float] | None = Field(default=None, min_length=1, max_length=64)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> FloatRange:
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError("min must not exceed max")
-        if self.values is not None and (self.min is not None or self.max is not None):
-            raise ValueError("give either values or min/max, not both")
-        return self
 
 
 class SearchSpace(ApiModel):
