@@ -1,36 +1,101 @@
 """The real vLLM (CPU) scraped by a real Prometheus, shared by the engine tests of a session.
 
-The engine runs with the `--custom-histogram-buckets` slotune renders for a "TTFT p95 <= 2 s"
+Engines start through `LocalRuntime`, the same path (and flag rendering) the tuner uses. The
+shared engine runs with the `--custom-histogram-buckets` slotune renders for a "TTFT p95 <= 2 s"
 SLO, so the tests can check that the bounds reach the exposition and Prometheus.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from slotune.models import SloSpec, SloTarget
+from slotune.models import EngineArgs, SloSpec, SloTarget
+from slotune.runtime import EngineConfig
+from slotune.runtime.local import LocalEngine, LocalRuntime
 from slotune.slo import custom_histogram_buckets
+from support.engine import TINY_MODEL, vllm_python
 from support.prometheus import PrometheusServer, prometheus_binary
-from support.vllm_proc import VllmProcess, start_vllm
 
 ENGINE_SLO = SloSpec(ttft=SloTarget(percentile=95, max_seconds=2.0))
+SERVED_NAME = "tiny"
+START_TIMEOUT = 300.0
+
+LOADS_OTHER_SHAPES = frozenset({"test_measurement.py"})
+"""Modules that load the shared engine with varied prompt and output lengths. They run last:
+test_prometheus_scrape checks the shape of *all* traffic the engine saw in the last minute."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    items.sort(key=lambda item: item.path.parent == here and item.path.name in LOADS_OTHER_SHAPES)
+
+
+@dataclass
+class ScrapedEngine(LocalEngine):
+    """A `LocalEngine` with what the scrape tests use: its Prometheus target and a
+    one-shot completion."""
+
+    served_name: str = SERVED_NAME
+
+    @property
+    def url(self) -> str:
+        return self.base_url
+
+    @property
+    def target(self) -> str:
+        """`host:port` for a Prometheus static target."""
+        return f"127.0.0.1:{self.port}"
+
+    def complete(self, prompt: Sequence[int], max_tokens: int) -> dict[str, object]:
+        """One non-streaming completion of exactly `max_tokens` tokens."""
+        body = json.dumps(
+            {
+                "model": self.served_name,
+                "prompt": list(prompt),
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+            }
+        ).encode()
+        request = urllib.request.Request(  # noqa: S310 - our own http URL
+            f"{self.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - our own URL
+            answer: dict[str, object] = json.loads(response.read())
+            return answer
 
 
 @pytest.fixture(scope="session")
-def scraped_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
-    work = tmp_path_factory.mktemp("vllm-scraped")
-    vllm = start_vllm(work, ["--custom-histogram-buckets", custom_histogram_buckets(ENGINE_SLO)])
+def engine_runtime(tmp_path_factory: pytest.TempPathFactory) -> LocalRuntime:
+    """Starts engines of the tiny Llama-shaped model with random weights."""
+    return LocalRuntime(vllm_python(), tmp_path_factory.mktemp("engines"), dummy_weights=True)
+
+
+@pytest.fixture(scope="session")
+def scraped_vllm(engine_runtime: LocalRuntime) -> Iterator[ScrapedEngine]:
+    config = EngineConfig(
+        model=str(TINY_MODEL),
+        served_name=SERVED_NAME,
+        args=EngineArgs(max_model_len=2048),
+        extra_args=("--custom-histogram-buckets", custom_histogram_buckets(ENGINE_SLO)),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
+    )
+    engine = engine_runtime.start(config, timeout=START_TIMEOUT)
+    scraped = ScrapedEngine(engine.process, engine.port, engine.log_path, engine.facts)
     try:
-        yield vllm
+        yield scraped
     finally:
-        vllm.stop()
+        scraped.stop()
 
 
 @pytest.fixture(scope="session")
 def prometheus(
-    scraped_vllm: VllmProcess, tmp_path_factory: pytest.TempPathFactory
+    scraped_vllm: ScrapedEngine, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusServer]:
     server = PrometheusServer(
         prometheus_binary(install=True),
