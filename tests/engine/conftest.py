@@ -7,23 +7,19 @@ SLO, so the tests can check that the bounds reach the exposition and Prometheus.
 
 from __future__ import annotations
 
-import json
-import urllib.request
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalEngine, LocalRuntime
+from slotune.runtime.local import LocalRuntime
 from slotune.slo import custom_histogram_buckets
-from support.engine import TINY_MODEL, vllm_python
+from support.engine import SERVED_NAME, TINY_MODEL, ScrapedEngine, vllm_python
 from support.prometheus import PrometheusServer, prometheus_binary
 
 ENGINE_SLO = SloSpec(ttft=SloTarget(percentile=95, max_seconds=2.0))
-SERVED_NAME = "tiny"
 START_TIMEOUT = 300.0
 
 LOADS_OTHER_SHAPES = frozenset({"test_measurement.py"})
@@ -34,40 +30,6 @@ test_prometheus_scrape checks the shape of *all* traffic the engine saw in the l
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     items.sort(key=lambda item: item.path.parent == here and item.path.name in LOADS_OTHER_SHAPES)
-
-
-@dataclass
-class ScrapedEngine(LocalEngine):
-    """A `LocalEngine` with what the scrape tests use: its Prometheus target and a
-    one-shot completion."""
-
-    served_name: str = SERVED_NAME
-
-    @property
-    def url(self) -> str:
-        return self.base_url
-
-    @property
-    def target(self) -> str:
-        """`host:port` for a Prometheus static target."""
-        return f"127.0.0.1:{self.port}"
-
-    def complete(self, prompt: Sequence[int], max_tokens: int) -> dict[str, object]:
-        """One non-streaming completion of exactly `max_tokens` tokens."""
-        body = json.dumps(
-            {
-                "model": self.served_name,
-                "prompt": list(prompt),
-                "max_tokens": max_tokens,
-                "ignore_eos": True,
-            }
-        ).encode()
-        request = urllib.request.Request(  # noqa: S310 - our own http URL
-            f"{self.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - our own URL
-            answer: dict[str, object] = json.loads(response.read())
-            return answer
 
 
 @pytest.fixture(scope="session")

@@ -24,8 +24,8 @@ from slotune.metrics import (
     vllm_selector,
 )
 from slotune.slo import histogram_quantile, judge_histogram
+from support.engine import ScrapedEngine
 from support.prometheus import PrometheusServer
-from support.vllm_proc import VllmProcess
 
 pytestmark = pytest.mark.engine
 
@@ -43,7 +43,7 @@ def source(prometheus: PrometheusServer) -> Iterator[PrometheusSource]:
 
 
 @pytest.fixture
-def scrape(scraped_vllm: VllmProcess) -> ScrapeSource:
+def scrape(scraped_vllm: ScrapedEngine) -> ScrapeSource:
     return ScrapeSource(f"{scraped_vllm.url}/metrics")
 
 
@@ -59,7 +59,7 @@ def eventually(read: Callable[[], float | None], want: float, timeout: float = 2
 
 
 def test_request_success_increase_matches_the_engine(
-    scraped_vllm: VllmProcess, source: PrometheusSource, scrape: ScrapeSource
+    scraped_vllm: ScrapedEngine, source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
     tiny = vllm_selector(model_name="tiny")
     total = f"sum(vllm:request_success_total{tiny})"
@@ -159,7 +159,7 @@ def test_cache_config_info_matches_the_engine(
 
 
 def test_kv_cache_usage_peak_of_a_long_request(
-    scraped_vllm: VllmProcess, source: PrometheusSource, scrape: ScrapeSource
+    scraped_vllm: ScrapedEngine, source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
     tiny = vllm_selector(model_name="tiny")
     info = scrape.cache_config_info()

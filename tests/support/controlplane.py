@@ -16,7 +16,7 @@ Library use::
 
 CLI use (blocks until SIGINT/SIGTERM)::
 
-    python tests/support/controlplane.py [--bin-dir DIR] [--work-dir DIR]
+    cd tests && python -m support.controlplane [--bin-dir DIR] [--work-dir DIR]
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -38,6 +37,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from support.procs import free_ports, log_tail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-control-plane.sh"
@@ -88,19 +89,6 @@ def bin_dir_from_env(build: bool = False) -> Path:
 # helpers
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _openssl(*args: str, cwd: Path) -> None:
     proc = subprocess.run(
         ["openssl", *args],
@@ -112,14 +100,6 @@ def _openssl(*args: str, cwd: Path) -> None:
     )
     if proc.returncode != 0:
         raise ControlPlaneError(f"openssl {' '.join(args)} failed:\n{proc.stdout}")
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        data = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(data[-lines:])
 
 
 def _b64(path: Path) -> str:
@@ -217,7 +197,7 @@ class ControlPlane:
         self._stopped = False
         atexit.register(self.stop)
         try:
-            etcd_client, etcd_peer, api_port, kcm_port = _free_ports(4)
+            etcd_client, etcd_peer, api_port, kcm_port = free_ports(4)
             self.server = f"https://127.0.0.1:{api_port}"
             self.etcd_url = f"http://127.0.0.1:{etcd_client}"
             self._make_pki()
@@ -402,12 +382,12 @@ class ControlPlane:
         for name, proc, log in self._procs:
             if proc.poll() is not None:
                 raise ControlPlaneError(
-                    f"{name} exited with code {proc.returncode}; tail of {log}:\n{_tail(log)}"
+                    f"{name} exited with code {proc.returncode}; tail of {log}:\n{log_tail(log)}"
                 )
 
     def _timeout(self, what: str, name: str) -> ControlPlaneError:
         log = self.work_dir / f"{name}.log"
-        return ControlPlaneError(f"timed out waiting for {what}; tail of {log}:\n{_tail(log)}")
+        return ControlPlaneError(f"timed out waiting for {what}; tail of {log}:\n{log_tail(log)}")
 
     def _start_etcd(self, client: int, peer: int) -> None:
         data = self.work_dir / "etcd-data"
@@ -575,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, proc, log in cp._procs:
                 if proc.poll() is not None:
                     print(
-                        f"{name} exited ({proc.returncode}); tail of {log}:\n{_tail(log)}",
+                        f"{name} exited ({proc.returncode}); tail of {log}:\n{log_tail(log)}",
                         file=sys.stderr,
                         flush=True,
                     )

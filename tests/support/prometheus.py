@@ -17,7 +17,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -26,6 +25,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from support.procs import free_ports, log_tail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-prometheus.sh"
@@ -50,21 +51,6 @@ def prometheus_binary(*, install: bool = False) -> Path:
         ).stdout
         return Path(out.strip().splitlines()[-1])
     raise PrometheusError(f"no prometheus binary; run {SETUP_SCRIPT}")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        data = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(data[-lines:])
 
 
 def _config(
@@ -124,7 +110,7 @@ class PrometheusServer:
                 _config(self.targets, self.job, self.scrape_interval, self.metrics_path), indent=2
             )
         )
-        self.port = _free_port()
+        self.port = free_ports(1)[0]
         args = [
             str(self.binary),
             f"--config.file={config}",
@@ -203,7 +189,7 @@ class PrometheusServer:
             if self._proc is None or self._proc.poll() is not None:
                 code = None if self._proc is None else self._proc.returncode
                 raise PrometheusError(
-                    f"prometheus exited with code {code}; tail of {self.log}:\n{_tail(self.log)}"
+                    f"prometheus exited with code {code}; tail of {self.log}:\n{log_tail(self.log)}"
                 )
             try:
                 with urllib.request.urlopen(self.url + path, timeout=5) as response:  # noqa: S310
@@ -216,5 +202,5 @@ class PrometheusServer:
             time.sleep(0.2)
         raise PrometheusError(
             f"timed out after {timeout:g}s waiting for {what or path} at {self.url}; "
-            f"last answer: {last}\ntail of {self.log}:\n{_tail(self.log)}"
+            f"last answer: {last}\ntail of {self.log}:\n{log_tail(self.log)}"
         )
