@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The device side of the H200 study (run from the repository root on the GPU machine).
+#
+#   bench/gpu/on-device.sh stash            copy the carried chunk folder(s) out of
+#                                           bench/gpu/.bundle/ at once (the next call's carry
+#                                           replaces them)
+#   bench/gpu/on-device.sh facts            what the machine has (GPU, python, packages)
+#   bench/gpu/on-device.sh install          join the chunks, check the sha256, unpack to
+#                                           /tmp/slotune-site, check that vLLM and slotune import
+#   bench/gpu/on-device.sh tune SECONDS     the study (`slotune tune --local`), stopped between
+#                                           trials so that it ends within SECONDS; records in
+#                                           /tmp/slotune-study, copied to $OUT; resumes from
+#                                           bench/gpu/.state/trials.jsonl when that is longer
+#   bench/gpu/on-device.sh sweep SECONDS    goodput sweep of vLLM's defaults and the study's best
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+stash=/tmp/slotune-bundle
+site=/tmp/slotune-site
+study=/tmp/slotune-study
+OUT="${OUT:-/tmp/slotune-out}"
+mkdir -p "$OUT"
+export PYTHONPATH="$site:$root/operator" PYTHONUNBUFFERED=1
+# Multicast stays off (the device README); harmless on one GPU.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+case "${1:-}" in
+stash)
+  mkdir -p "$stash"
+  cp -v "$here"/.bundle/*/* "$stash"/
+  ls -la "$stash"
+  ;;
+facts)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(0))'
+  python3 -m pip list 2>/dev/null | grep -iE '^(pydantic|pyyaml|aiohttp|optuna|alembic|sqlalchemy|colorlog|tqdm|matplotlib|kopf|kubernetes|prometheus|protobuf|numba|setuptools|transformers|triton|torch) ' || true
+  ;;
+install)
+  count="$(awk '/^chunks/ {print $2}' "$stash/manifest.txt")"
+  have="$(ls "$stash"/site.tar.xz.* | wc -l)"
+  [[ "$have" == "$count" ]] || { echo "have $have of $count chunks" >&2; exit 1; }
+  want="$(awk 'NR==1 {print $1}' "$stash/manifest.txt")"
+  got="$(cat "$stash"/site.tar.xz.* | sha256sum | awk '{print $1}')"
+  [[ "$got" == "$want" ]] || { echo "sha256 mismatch: $got != $want" >&2; exit 1; }
+  rm -rf "$site" && mkdir -p "$site"
+  time (cat "$stash"/site.tar.xz.* | xz -T0 -dc | tar -x -C "$site")
+  # Wheels carried beside the chunks replace what the archive holds (a fix without a re-pack).
+  for wheel in "$stash"/*.whl; do
+    [[ -e "$wheel" ]] || continue
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" "$wheel"
+    echo "Laid $(basename "$wheel") over the archive"
+  done
+  time python3 -c 'import vllm, optuna, pydantic, slotune.tuner.local as l; print("vllm", vllm.__version__, "optuna", optuna.__version__, "pydantic", pydantic.__version__)'
+  ;;
+tune)
+  seconds="${2:?tune SECONDS}"
+  mkdir -p "$study"
+  carried="$here/.state/trials.jsonl"
+  if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
+    cp -v "$carried" "$study/trials.jsonl"
+  fi
+  python3 "$here/timebox.py" --seconds "$seconds" --records "$study/trials.jsonl" -- \
+    python3 -c "import sys; from slotune.tuner.local import main; sys.exit(main(sys.argv[1:]))" "$here/h200-study.yaml" --local --platform h200 \
+    --model-dir "$here/llama-8b" --dummy-weights --vllm-python python3 --out "$study" \
+    2>&1 | tee -a "$OUT/study.log" || true
+  cp "$study/trials.jsonl" "$OUT/" 2>/dev/null || true
+  cp "$study/trials.txt" "$study/report.html" "$OUT/" 2>/dev/null || true
+  tar -czf "$OUT/engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
+  ;;
+sweep)
+  seconds="${2:?sweep SECONDS}"
+  python3 "$here/goodput_sweep.py" --spec "$here/h200-study.yaml" --model-dir "$here/llama-8b" \
+    --records "$study/trials.jsonl" --work /tmp/slotune-sweep --seconds "$seconds" \
+    --json "$OUT/goodput.json" 2>&1 | tee -a "$OUT/sweep.log"
+  tar -czf "$OUT/sweep-engine-logs.tar.gz" -C /tmp/slotune-sweep . 2>/dev/null || true
+  ;;
+*)
+  sed -n '2,16p' "$0"
+  exit 2
+  ;;
+esac
