@@ -21,7 +21,6 @@ import hashlib
 import shutil
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -59,7 +58,7 @@ tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokeniz
 torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
 triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt
 xarray xxhash yarl zipp
-""".split()
+""".split()  # noqa: SIM905 - the device README's list, pasted as is
 
 # vLLM's optional kernel packages (not needed to serve a Llama on Hopper with FLASH_ATTN).
 LEFT_OUT = {
@@ -78,9 +77,12 @@ LEFT_OUT = {
 OVERRIDES = {"xgrammar": "xgrammar==0.2.5.post1"}
 STRIPPED = ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs")
 
-PLATFORMS = [
-    f"manylinux_2_{n}_x86_64" for n in (39, 38, 36, 35, 34, 31, 28, 27, 24, 17, 12, 5)
-] + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (39, 38, 36, 35, 34, 31, 28, 27, 24, 17, 12, 5)] + [
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+]
 ENVIRONMENT = {
     "python_version": "3.12",
     "python_full_version": "3.12.3",
@@ -163,7 +165,8 @@ def check_consistent(wheels: list[Path]) -> None:
         and not req.specifier.contains(versions[canonicalize_name(req.name)], prereleases=True)
     ]
     if problems:
-        raise SystemExit("Inconsistent bundle (add an OVERRIDES entry):\n  " + "\n  ".join(problems))
+        listed = "\n  ".join(problems)
+        raise SystemExit(f"Inconsistent bundle (add an OVERRIDES entry):\n  {listed}")
 
 
 def install(wheels: list[Path], site: Path) -> None:
@@ -184,9 +187,8 @@ def pack(site: Path, bundle: Path) -> None:
     """site.tar.xz, split into chunk folders 1/, 2/, ..., with the archive's sha256."""
     archive = bundle.parent / ".build" / "site.tar.xz"
     print(f"Packing {site} (xz, a few minutes)", flush=True)
-    subprocess.run(
-        f"tar -C {site} -cf - . | xz -T0 -6 > {archive}", shell=True, check=True  # noqa: S602
-    )
+    pipeline = f"tar -C {site} -cf - . | xz -T0 -6 > {archive}"
+    subprocess.run(pipeline, shell=True, check=True)  # noqa: S602 - our own paths, a pipe
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     shutil.rmtree(bundle, ignore_errors=True)
     data = archive.read_bytes()

@@ -55,7 +55,7 @@ def pick_best(records: list[TrialRecord]) -> tuple[TrialRecord | None, str]:
     return closest, "no trial met the SLO; this one came closest"
 
 
-def main() -> int:
+def main() -> int:  # noqa: PLR0915 - one linear script: configurations x rates
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--model-dir", required=True)
@@ -71,10 +71,12 @@ def main() -> int:
     began = time.monotonic()
     deployment = load_deployment(args.spec)
     spec = deployment.spec
-    assert spec.slo is not None
+    if spec.slo is None:
+        raise SystemExit("the spec needs an slo")
     served = spec.model.served_name or deployment.metadata.name
     workload_spec = spec.tuning.workload
-    assert workload_spec.prompt_tokens is not None and workload_spec.output_tokens is not None
+    if workload_spec.prompt_tokens is None or workload_spec.output_tokens is None:
+        raise SystemExit("the workload needs promptTokens and outputTokens")
     targets = {name: t.max_seconds for name, t in spec.slo.targets().items()}
     rates = [float(r) for r in args.rates.split(",")]
     best, why = pick_best(RecordStore(args.records).load())
@@ -133,8 +135,7 @@ def main() -> int:
                 results = asyncio.run(loadgen.run_workload(engine.base_url, served, workload))
                 m = reduce(results, spec.slo)
                 met = all(
-                    m.slo_percentiles.get(name) is not None
-                    and m.slo_percentiles[name] <= limit  # type: ignore[operator]
+                    m.slo_percentiles.get(name) is not None and m.slo_percentiles[name] <= limit  # type: ignore[operator]
                     for name, limit in targets.items()
                 )
                 point = {
