@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from slotune import crdgen, models, render
-from slotune.reconcile import parse_spec, validation_problems
+from slotune.spec import parse_spec, validation_problems
 
 DEFAULT_CRD_DIR = Path("crds")
 

@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from slotune import render
-from slotune.engine import vllm
 from slotune.kube import Kube, KubeError, Ref
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus
+from slotune.spec import parse_spec
 from slotune.status import (
     DeploymentState,
     Event,
@@ -39,29 +37,6 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
     invalid: str | None = None
-
-
-def validation_problems(error: ValidationError, prefix: str = "spec") -> list[str]:
-    """Pydantic errors as `spec.path: what is wrong` lines."""
-    problems = []
-    for item in error.errors():
-        path = ".".join(str(part) for part in (prefix, *item["loc"]) if part != "")
-        problems.append(f"{path}: {item['msg']}")
-    return problems
-
-
-def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]]:
-    """The spec, or the list of reasons it cannot be served."""
-    try:
-        spec = LLMDeploymentSpec.model_validate(raw)
-    except ValidationError as error:
-        return None, validation_problems(error)
-    engine = spec.engine
-    version = vllm.version_of_image(engine.image)
-    violations = vllm.check_config(
-        engine.args, engine.extra_args, engine.attention_backend, version
-    )
-    return spec, [str(v) for v in violations]
 
 
 def _active_config(deployment: dict[str, Any] | None) -> tuple[list[str], str]:

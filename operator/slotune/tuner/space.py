@@ -57,7 +57,7 @@ H200 = Platform(
         "max_num_batched_tokens": 8192,
         "max_num_seqs": 1024,
         "block_size": 16,
-        "gpu_memory_utilization": 0.9,
+        "gpu_memory_utilization": 0.92,
         "enable_prefix_caching": True,
         "kv_cache_dtype": "auto",
     },

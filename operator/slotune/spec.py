@@ -1,0 +1,38 @@
+"""Whether a spec can be served: the API's own rules, then vLLM's rule table.
+
+Pure, and shared by the operator (which turns the problems into a condition) and the command
+line (`slotune validate`), so a file checked in CI fails for the same reasons a cluster would
+refuse it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from slotune.engine import vllm
+from slotune.models import LLMDeploymentSpec
+
+
+def validation_problems(error: ValidationError, prefix: str = "spec") -> list[str]:
+    """Pydantic errors as `spec.path: what is wrong` lines."""
+    problems = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in (prefix, *item["loc"]) if part != "")
+        problems.append(f"{path}: {item['msg']}")
+    return problems
+
+
+def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]]:
+    """The spec, and the reasons it cannot be served (empty when it can)."""
+    try:
+        spec = LLMDeploymentSpec.model_validate(raw)
+    except ValidationError as error:
+        return None, validation_problems(error)
+    engine = spec.engine
+    version = vllm.version_of_image(engine.image)
+    violations = vllm.check_config(
+        engine.args, engine.extra_args, engine.attention_backend, version
+    )
+    return spec, [str(v) for v in violations]
