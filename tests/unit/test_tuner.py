@@ -196,3 +196,20 @@ def test_stops_when_the_slo_is_met_and_trials_stop_paying(tmp_path: Path) -> Non
     outcome = make_tuner(tmp_path, spec(maxTrials=30), ScriptedRuntime(), patience=2).run()
     assert "no improvement" in outcome.stopped_because
     assert sum(1 for r in outcome.records if r.launched) < 30
+
+
+def test_the_report_is_written_from_records(tmp_path: Path) -> None:
+    from slotune.tuner.report import write_report  # noqa: PLC0415 - matplotlib is slow to load
+
+    s = spec(maxTrials=10)
+    tuner = make_tuner(tmp_path, s, ScriptedRuntime(fail_above=4000), patience=3)
+    outcome = tuner.run()
+    assert s.slo is not None
+    page = write_report(
+        tmp_path / "report", outcome.records, s.slo, tuner.space, title="t", summary="s"
+    )
+    for name in ("history.png", "slo.png", "importance.png", "trials.txt"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    html = page.read_text()
+    assert html.count("data:image/png;base64,") == 3
+    assert "vllm-defaults" in (tmp_path / "report" / "trials.txt").read_text()

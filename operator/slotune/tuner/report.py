@@ -178,10 +178,11 @@ def plot_importance(records: Sequence[TrialRecord], space: Space, slo: SloSpec, 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     note = ""
     try:
+        # PED-ANOVA: Optuna's own estimator, no scikit-learn needed (fANOVA needs it).
         importances = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
+            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
         )
-    except (RuntimeError, ValueError) as error:
+    except (RuntimeError, ValueError, ImportError) as error:
         importances = {}
         note = f"parameter importance needs more measured trials ({error})"
     if importances:
@@ -191,7 +192,7 @@ def plot_importance(records: Sequence[TrialRecord], space: Space, slo: SloSpec, 
             [importances[n] for n in names],
             color="tab:blue",
         )
-        ax.set_xlabel("importance (fANOVA)")
+        ax.set_xlabel("importance (PED-ANOVA)")
     else:
         ax.text(0.5, 0.5, note or "no varying parameter", ha="center", va="center", wrap=True)
         ax.set_axis_off()
