@@ -128,8 +128,20 @@ def plot_history(records: Sequence[TrialRecord], path: Path) -> None:
     plt.close(fig)
 
 
+def binding_target(records: Sequence[TrialRecord], slo: SloSpec) -> str:
+    """The SLO metric that most often decided a trial's fate (most misses)."""
+    names = list(slo.targets())
+    measured = [r for r in records if r.measurement is not None]
+    misses = {
+        name: sum(1 for r in measured if r.constraints and r.constraints[i] > 0)
+        for i, name in enumerate(names)
+    }
+    return max(names, key=lambda name: misses[name])
+
+
 def plot_slo_tradeoff(records: Sequence[TrialRecord], slo: SloSpec, path: Path) -> None:
-    name, target = next(iter(slo.targets().items()))
+    name = binding_target(records, slo)
+    target = slo.targets()[name]
     measured = [r for r in records if r.measurement is not None]
     fig, ax = plt.subplots(figsize=(7, 4))
     for feasible, color, label in (
