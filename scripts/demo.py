@@ -49,24 +49,8 @@ def main() -> int:
     print(f"Starting etcd, kube-apiserver and kube-controller-manager from {bin_dir}", flush=True)
     with ControlPlane(bin_dir, work / "control-plane") as plane:
         cluster = Cluster(plane, bin_dir)
-        cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/llmdeployments.slotune.dev",
-        )  # fmt: skip
-        rendered = cluster.helm(
-            "template", "slotune", str(ROOT / "charts" / "slotune"),
-            "--namespace", "slotune-system",
-            "--show-only", "templates/serviceaccount.yaml",
-            "--show-only", "templates/clusterrole.yaml",
-            "--show-only", "templates/clusterrolebinding.yaml",
-        )  # fmt: skip
-        cluster.kubectl("create", "namespace", "slotune-system")
-        cluster.apply(rendered)
-        token = cluster.kubectl(
-            "create", "token", "slotune", "-n", "slotune-system", "--duration=4h"
-        ).stdout.strip()
-        kubeconfig = plane.kubeconfig_for_token(token, work / "operator.kubeconfig")
+        cluster.install_crd()
+        kubeconfig = cluster.install_operator_rbac(work / "operator.kubeconfig")
         operator = OperatorProcess(kubeconfig, work / "operator.log")
         operator.start()
         print(f"Operator running as the chart's ServiceAccount (log: {operator.log_path})")

@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from support.cluster import ROOT, Cluster, OperatorProcess
+from support.cluster import Cluster, OperatorProcess
 from support.controlplane import ControlPlane, bin_dir_from_env
-
-OPERATOR_NAMESPACE = "slotune-system"
-SERVICE_ACCOUNT = "slotune"
 
 
 @pytest.fixture(scope="session")
@@ -27,32 +24,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     plane = ControlPlane(bin_dir, tmp_path_factory.mktemp("control-plane"))
     with plane:
         c = Cluster(plane, bin_dir)
-        c.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        c.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/llmdeployments.slotune.dev",
-        )  # fmt: skip
+        c.install_crd()
         yield c
 
 
 @pytest.fixture(scope="session")
 def operator_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Installs the chart's ServiceAccount and RBAC; a kubeconfig carrying that SA's token."""
-    rendered = cluster.helm(
-        "template", "slotune", str(ROOT / "charts" / "slotune"),
-        "--namespace", OPERATOR_NAMESPACE,
-        "--show-only", "templates/serviceaccount.yaml",
-        "--show-only", "templates/clusterrole.yaml",
-        "--show-only", "templates/clusterrolebinding.yaml",
-    )  # fmt: skip
-    cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE)
-    result = cluster.apply(rendered)
-    assert result.returncode == 0, result.stderr
-    token = cluster.kubectl(
-        "create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--duration=4h"
-    ).stdout.strip()
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    return cluster.plane.kubeconfig_for_token(token, path)
+    """The chart's ServiceAccount and RBAC, installed; a kubeconfig with that SA's token."""
+    return cluster.install_operator_rbac(tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
 @pytest.fixture(scope="session")

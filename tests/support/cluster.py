@@ -21,6 +21,8 @@ from support.controlplane import ControlPlane
 ROOT = Path(__file__).resolve().parents[2]
 # The operator re-reconciles every object this often in tests (30 s in production).
 RESYNC_SECONDS = 3
+OPERATOR_NAMESPACE = "slotune-system"
+SERVICE_ACCOUNT = "slotune"
 
 
 @dataclass
@@ -65,6 +67,34 @@ class Cluster:
     def apply(self, obj: dict[str, Any] | str, *extra: str) -> subprocess.CompletedProcess[str]:
         text = obj if isinstance(obj, str) else yaml.safe_dump(obj)
         return self.kubectl("apply", "-f", "-", *extra, input=text, check=False)
+
+    def install_crd(self) -> None:
+        """Applies crds/ and waits until the API server serves LLMDeployments."""
+        self.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        self.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/llmdeployments.slotune.dev",
+        )  # fmt: skip
+
+    def install_operator_rbac(self, kubeconfig: Path) -> Path:
+        """Applies the chart's ServiceAccount, ClusterRole and binding; writes a kubeconfig
+        that carries that ServiceAccount's token, for running the operator as it would run
+        in a cluster."""
+        rendered = self.helm(
+            "template", "slotune", str(ROOT / "charts" / "slotune"),
+            "--namespace", OPERATOR_NAMESPACE,
+            "--show-only", "templates/serviceaccount.yaml",
+            "--show-only", "templates/clusterrole.yaml",
+            "--show-only", "templates/clusterrolebinding.yaml",
+        )  # fmt: skip
+        self.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+        result = self.apply(rendered)
+        if result.returncode != 0:
+            raise AssertionError(f"installing the chart's RBAC failed:\n{result.stderr}")
+        token = self.kubectl(
+            "create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--duration=4h"
+        ).stdout.strip()
+        return self.plane.kubeconfig_for_token(token, kubeconfig)
 
     def helm(self, *args: str) -> str:
         result = subprocess.run(
