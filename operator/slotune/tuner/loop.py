@@ -124,14 +124,16 @@ class Tuner:
 
     # -- configurations --------------------------------------------------------------------
 
+    def _merged(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The spec's own settings with the trial's params on top."""
+        return {**self.spec.engine.args.explicit(), **params}
+
     def engine_args(self, params: dict[str, Any]) -> EngineArgs:
-        """The spec's own settings with the trial's params on top (pydantic-validated)."""
-        merged = {**self.spec.engine.args.explicit(), **params}
-        return EngineArgs.model_validate(merged)
+        return EngineArgs.model_validate(self._merged(params))
 
     def _problems(self, params: dict[str, Any]) -> list[str]:
         """vLLM's rule table first (its messages name the rule), then the field ranges."""
-        unchecked = EngineArgs.model_construct(**{**self.spec.engine.args.explicit(), **params})
+        unchecked = EngineArgs.model_construct(**self._merged(params))
         backend: Any = self.platform.backend
         problems = vllm.check_config(unchecked, self.spec.engine.extra_args, backend)
         if problems:
