@@ -38,7 +38,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from support.procs import free_ports, log_tail
+from support.procs import free_ports, log_tail, script_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-control-plane.sh"
@@ -71,18 +71,8 @@ def bin_dir_from_env(build: bool = False) -> Path:
     env = os.environ.get("SLOTUNE_K8S_BIN")
     if env:
         return Path(env)
-    if build:
-        out = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-        ).stdout
-    else:
-        out = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), "--print-dir"],
-            check=True,
-            stdout=subprocess.PIPE,
-            text=True,
-        ).stdout
-    return Path(out.strip().splitlines()[-1])
+    # With --print-dir the script only names the directory; without it, it builds first.
+    return script_path(BUILD_SCRIPT) if build else script_path(BUILD_SCRIPT, "--print-dir")
 
 
 # --------------------------------------------------------------------------

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from slotune.runtime.local import LocalEngine
+from support.procs import script_path
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ROOT / "operator" / "slotune" / "engine" / "models" / "tiny-llama"
@@ -24,10 +24,7 @@ def vllm_python() -> Path:
     if configured:
         return Path(configured)
     script = ROOT / "scripts" / "setup-vllm-cpu.sh"
-    out = subprocess.run(
-        [str(script), "--print-python"], capture_output=True, text=True, check=True
-    ).stdout
-    python = Path(out.strip().splitlines()[-1])
+    python = script_path(script, "--print-python")
     if not python.exists():
         raise RuntimeError(f"{python} is missing; run scripts/setup-vllm-cpu.sh first")
     return python

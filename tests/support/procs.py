@@ -4,6 +4,7 @@ tail of a process's log for error messages."""
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 
@@ -27,3 +28,12 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(data[-lines:])
+
+
+def script_path(script: Path, *args: str) -> Path:
+    """The path a setup script prints as its last line (our scripts' convention: progress
+    on stderr, the thing they made or found on the last line of stdout)."""
+    out = subprocess.run(
+        ["bash", str(script), *args], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
+    return Path(out.strip().splitlines()[-1])

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from support.procs import free_ports, log_tail
+from support.procs import free_ports, log_tail, script_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-prometheus.sh"
@@ -46,10 +46,7 @@ def prometheus_binary(*, install: bool = False) -> Path:
     if found:
         return Path(found)
     if install:
-        out = subprocess.run(
-            ["bash", str(SETUP_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-        ).stdout
-        return Path(out.strip().splitlines()[-1])
+        return script_path(SETUP_SCRIPT)
     raise PrometheusError(f"no prometheus binary; run {SETUP_SCRIPT}")
 
 
