@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument(
         "--liveness",
         default=None,
-        help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz",
+        help="serve a liveness endpoint, e.g. http://0.0.0.0:8081/healthz",
     )
     operator.set_defaults(func=cmd_operator)
 
@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     loadgen_cmd.add_argument("flags", nargs=argparse.REMAINDER, help="see slotune loadgen --help")
+    trial_cmd = commands.add_parser(
+        "trial-load",
+        help="measure one trial's engine under a workload (what a trial's load Job runs)",
+        add_help=False,
+    )
+    trial_cmd.add_argument("flags", nargs=argparse.REMAINDER, help="see slotune trial-load --help")
     tune_cmd = commands.add_parser(
         "tune", help="tune the engine for an LLMDeployment's SLO (--local: on this machine)"
     )
@@ -152,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         from slotune import loadgen  # noqa: PLC0415 - aiohttp is loaded only to drive load
 
         return loadgen.main(argv[1:])
+    if argv[:1] == ["trial-load"]:
+        from slotune.tuner import measure  # noqa: PLC0415 - aiohttp is loaded only to drive load
+
+        return measure.trial_load_main(argv[1:])
     if argv[:1] == ["tune"]:
         from slotune.tuner import local  # noqa: PLC0415 - Optuna is loaded only to tune
 

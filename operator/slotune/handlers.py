@@ -18,17 +18,25 @@ from typing import Any, cast
 
 import kopf
 
-from slotune import models, render
+from slotune import models, render, tuning
 from slotune.kube import Kube, KubeError, Ref, load_api_client
-from slotune.reconcile import Outcome, reconcile
+from slotune.reconcile import Monitor, Outcome, reconcile
+from slotune.watch import PrometheusMonitor
 
 # How often every LLMDeployment is reconciled even when nothing changed.
 RESYNC_SECONDS = float(os.environ.get("SLOTUNE_RESYNC_SECONDS", "30"))
+# Steps a study may take in one handler call before it waits for the next trigger.
+MAX_STEPS = 8
 Clock = Callable[[], datetime]
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
-_state: dict[str, Any] = {"clock": lambda: datetime.now(UTC), "kubeconfig": None}
+_state: dict[str, Any] = {
+    "clock": lambda: datetime.now(UTC),
+    "kubeconfig": None,
+    "monitor": None,
+    "settings": tuning.Settings.from_env(),
+}
 
 
 def _kube(memo: Any) -> Kube:
@@ -64,32 +72,44 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
     meta = body["metadata"]
     kube = _kube(memo)
     ref = Ref(models.API_VERSION, models.KIND, meta["namespace"], meta["name"])
+    monitor: Monitor | None = _state["monitor"]
+    outcome = Outcome(status=models.LLMDeploymentStatus())
     with _locks[(meta["namespace"], meta["name"])]:
-        try:
-            # Several triggers may queue up behind the lock: each reads the object afresh, so
-            # none of them computes from a status an earlier one has already replaced.
-            fresh = kube.get(ref)
-            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-                return Outcome(status=models.LLMDeploymentStatus())
-            now = _state["clock"]().replace(microsecond=0)
-            outcome = reconcile(fresh, kube, now)
-        except KubeError as exc:
-            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=10) from exc
+        # A study may take several steps in a row (record a trial, clean up, plan the next);
+        # each step reads the object afresh, so none computes from a replaced status.
+        for _ in range(MAX_STEPS):
+            try:
+                fresh = kube.get(ref)
+                if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                    return outcome
+                now = _state["clock"]().replace(microsecond=0)
+                outcome = reconcile(fresh, kube, now, monitor=monitor, settings=_state["settings"])
+            except KubeError as exc:
+                raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=10) from exc
+            _report(fresh, outcome, logger)
+            if not outcome.progressed:
+                break
+    return outcome
+
+
+def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger) -> None:
+    meta = body["metadata"]
     for event in outcome.events:
         kopf.event(
-            kopf.Body(cast(kopf.RawBody, fresh)),
+            kopf.Body(cast(kopf.RawBody, body)),
             type=event.type,
             reason=event.reason,
             message=event.message,
         )
     if outcome.status_written:
+        tuning_status = outcome.status.tuning
         logger.info(
-            "Updated status of %s/%s: phase %s",
+            "Updated status of %s/%s: phase %s%s",
             meta["namespace"],
             meta["name"],
             outcome.status.phase,
+            f", tuning: {tuning_status.message}" if tuning_status and tuning_status.message else "",
         )
-    return outcome
 
 
 @kopf.on.resume(models.GROUP, models.VERSION, models.PLURAL)
@@ -122,6 +142,8 @@ _CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY}
 
 @kopf.on.event("apps/v1", "deployments", labels=_CHILD_LABELS)
 @kopf.on.event("v1", "services", labels=_CHILD_LABELS)
+@kopf.on.event("v1", "pods", labels=_CHILD_LABELS)
+@kopf.on.event("batch/v1", "jobs", labels=_CHILD_LABELS)
 def on_child_event(
     event: kopf.RawEvent, body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any
 ) -> None:
@@ -143,6 +165,7 @@ def run(
 ) -> None:
     """Runs the operator until it is stopped (SIGINT/SIGTERM)."""
     _state["kubeconfig"] = kubeconfig
+    _state["monitor"] = PrometheusMonitor()
     if clock is not None:
         _state["clock"] = clock
     if kubeconfig is not None:

@@ -27,6 +27,7 @@ PLURALS: dict[str, str] = {
     "PodMonitor": "podmonitors",
     "Pod": "pods",
     "ConfigMap": "configmaps",
+    "Job": "jobs",
     models.KIND: models.PLURAL,
 }
 
@@ -74,10 +75,12 @@ class Ref:
         meta = obj["metadata"]
         return cls(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
 
-    def path(self, subresource: str | None = None) -> str:
+    def collection(self) -> str:
         base = "/api" if "/" not in self.api_version else "/apis"
-        path = f"{base}/{self.api_version}/namespaces/{self.namespace}/{PLURALS[self.kind]}"
-        path += f"/{self.name}"
+        return f"{base}/{self.api_version}/namespaces/{self.namespace}/{PLURALS[self.kind]}"
+
+    def path(self, subresource: str | None = None) -> str:
+        path = f"{self.collection()}/{self.name}"
         return path if subresource is None else f"{path}/{subresource}"
 
 
@@ -153,6 +156,22 @@ class Kube:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
         return result
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, labels: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        """The objects of one kind in a namespace that carry all the given labels."""
+        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        listing = self._call(
+            "GET",
+            Ref(api_version, kind, namespace, "").collection(),
+            query=[("labelSelector", selector)],
+        )
+        items: list[dict[str, Any]] = (listing or {}).get("items", [])
+        for item in items:  # list items come without their type
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
 
     def delete(self, ref: Ref) -> bool:
         """Deletes the object; False when it was already gone."""

@@ -704,15 +704,20 @@ class PrometheusSource:
         return None if math.isnan(value) else value
 
     def histogram_buckets(
-        self, metric: str, selector: Selector = Selector(), window: str | None = None
+        self,
+        metric: str,
+        selector: Selector = Selector(),
+        window: str | None = None,
+        at: float | None = None,
     ) -> list[Bucket]:
         """Cumulative bucket counts of a histogram (base name), summed over the selected
-        series: the increase over `window`, or the counts since start when None."""
+        series: the increase over `window`, or the counts since start when None; now, or
+        `at` a Unix time."""
         series = f"{metric}_bucket{selector}"
         if window is not None:
             window_seconds(window)
             series = f"increase({series}[{window}])"
-        return _sum_buckets(self.query(f"sum by (le) ({series})"))
+        return _sum_buckets(self.query(f"sum by (le) ({series})", at))
 
     def label_values(self, label: str, match: str | None = None) -> list[str]:
         """Values of a label, optionally only on series matching a selector."""

@@ -91,15 +91,22 @@ class PvcSource(ApiModel):
     )
 
 
+class RandomWeightsSource(ApiModel):
+    """No weights: the model's architecture (its config.json) with random weights, which is
+    all a load test or a latency benchmark needs (`--load-format dummy`)."""
+
+
 class ModelSource(ApiModel):
-    """Where the weights come from: exactly one of huggingFace or pvc."""
+    """Where the weights come from: exactly one of huggingFace, pvc or randomWeights."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    "[has(self.huggingFace), has(self.pvc)].exists_one(x, x)",
-                    "set exactly one of model.source.huggingFace or model.source.pvc",
+                    "[has(self.huggingFace), has(self.pvc), has(self.randomWeights)]"
+                    ".exists_one(x, x)",
+                    "set exactly one of model.source.huggingFace, model.source.pvc or "
+                    "model.source.randomWeights",
                 )
             ]
         }
@@ -107,11 +114,16 @@ class ModelSource(ApiModel):
 
     hugging_face: HuggingFaceSource | None = None
     pvc: PvcSource | None = None
+    random_weights: RandomWeightsSource | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSource:
-        if (self.hugging_face is None) == (self.pvc is None):
-            raise ValueError("set exactly one of model.source.huggingFace or model.source.pvc")
+        given = [self.hugging_face, self.pvc, self.random_weights]
+        if sum(source is not None for source in given) != 1:
+            raise ValueError(
+                "set exactly one of model.source.huggingFace, model.source.pvc or "
+                "model.source.randomWeights"
+            )
         return self
 
 
@@ -589,6 +601,23 @@ class Condition(StatusModel):
     last_transition_time: datetime
 
 
+class SloTargetStatus(StatusModel):
+    """One SLO target, as vLLM's histogram in Prometheus shows it over the window."""
+
+    name: Literal["ttft", "tpot", "itl", "e2e"]
+    percentile: float
+    max_seconds: float
+    observed_seconds: float | None = Field(
+        default=None,
+        description="The percentile interpolated inside the histogram's buckets, for display; "
+        "the verdict comes from the bucket counts.",
+    )
+    met: bool | None = Field(
+        default=None, description="Unset when there were no requests or the buckets cannot tell."
+    )
+    requests: int | None = Field(default=None, description="Observations in the window.")
+
+
 class SloStatus(StatusModel):
     """Live SLO attainment, as last read from Prometheus."""
 
@@ -597,6 +626,20 @@ class SloStatus(StatusModel):
     met: bool | None = None
     window: str | None = None
     measured_at: datetime | None = None
+    request_rate: float | None = Field(
+        default=None, description="Requests finished per second over the window."
+    )
+    targets: list[SloTargetStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    violating_since: datetime | None = Field(
+        default=None, description="Since when the SLO has been violated without a break."
+    )
+    stale: bool = Field(
+        default=False,
+        description="True while Prometheus cannot be read: the figures are those of measuredAt.",
+    )
 
 
 class ActiveConfig(StatusModel):
@@ -619,27 +662,106 @@ class TrialRecord(StatusModel):
     cause: str | None = None
 
 
+_PARAMS: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+class TuningState(StrEnum):
+    """Where the study is. Terminal states wait for a spec change or a re-tune."""
+
+    TUNING = "Tuning"  # trials are running
+    PROMOTING = "Promoting"  # the winner is rolling out to the serving Deployment
+    COMPLETED = "Completed"  # promoted and verified, or nothing better was found
+    RECOMMENDED = "Recommended"  # apply: Recommend; the winner is in `recommendation`
+    ROLLED_BACK = "RolledBack"  # the promoted winner failed its check; the last good is back
+
+
+class CurrentTrial(StatusModel):
+    """The trial in flight: enough to carry on after an operator restart."""
+
+    number: int
+    phase: Literal["screen", "finalist"] = "screen"
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PARAMS)
+    seed: int = 0
+    of_trial: int | None = None
+    step: Literal["Launching", "Measuring", "CleaningUp"] = "Launching"
+    since: datetime = Field(description="When the trial entered this step.")
+    started_at: datetime
+    config_hash: str = ""
+    pod: str | None = Field(default=None, description="The trial's engine pod (Canary).")
+    job: str | None = Field(default=None, description="The load Job that measures it.")
+    note: str | None = None
+
+
+class TunedConfig(StatusModel):
+    """Tuned settings laid over the spec's engine args on the serving Deployment."""
+
+    params: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PARAMS)
+    trial: int | None = Field(default=None, description="The trial that measured them.")
+    study: int | None = None
+    hash: str = Field(default="", description="Config hash of the pods that run them.")
+    at: datetime | None = None
+
+
 class TuningStatus(StatusModel):
     """Progress of the tuning study."""
 
+    state: TuningState | None = None
+    study: int = Field(default=0, description="Studies started so far; this is the latest.")
+    reason: str | None = Field(default=None, description="Why the latest study started.")
+    spec_hash: str | None = Field(default=None, description="What the study tunes, hashed.")
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    message: str | None = None
+    current: CurrentTrial | None = None
     trials_completed: int = 0
     trials_failed: int = 0
     max_trials: int | None = None
     best: TrialRecord | None = None
     trials: list[TrialRecord] = Field(default_factory=list)
-    recommendation: dict[str, Any] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    recommendation: dict[str, Any] | None = Field(default=None, json_schema_extra=_PARAMS)
+    promoted: TunedConfig | None = Field(
+        default=None, description="What the serving Deployment runs on top of the spec."
     )
+    last_good: TunedConfig | None = Field(
+        default=None, description="What it ran before the promotion: the rollback target."
+    )
+    verify_since: datetime | None = None
 
 
 class GpuStatus(StatusModel):
     """GPU clocks and memory of the serving pods, from the DCGM exporter."""
 
-    sm_clock_mhz: float | None = Field(default=None, alias="smClockMHz")
-    max_sm_clock_mhz: float | None = Field(default=None, alias="maxSmClockMHz")
-    throttle_reasons: list[str] = Field(default_factory=list)
-    memory_used_mib: float | None = Field(default=None, alias="memoryUsedMiB")
-    temperature_c: float | None = Field(default=None, alias="temperatureC")
+    sm_clock_mhz: float | None = Field(
+        default=None, alias="smClockMHz", description="The slowest GPU's SM clock."
+    )
+    max_sm_clock_mhz: float | None = Field(
+        default=None,
+        alias="maxSmClockMHz",
+        description="The highest maximum SM clock (DCGM_FI_DEV_MAX_SM_CLOCK, else the highest "
+        "clock seen in the last hour).",
+    )
+    throttle_reasons: list[str] = Field(
+        default_factory=list,
+        description="Thermal or power reasons holding some GPU's SM clock below its maximum.",
+    )
+    memory_used_mib: float | None = Field(
+        default=None, alias="memoryUsedMiB", description="The fullest GPU's framebuffer use."
+    )
+    temperature_c: float | None = Field(
+        default=None, alias="temperatureC", description="The hottest GPU's temperature."
+    )
+    clock_event_reasons: list[str] = Field(
+        default_factory=list,
+        description="Every reason DCGM gives for the SM clocks now, idle and application "
+        "clocks included.",
+    )
+    gpus: int | None = Field(default=None, description="GPUs read.")
+    measured_at: datetime | None = None
+    stale: bool = Field(
+        default=False,
+        description="True while Prometheus cannot be read: the figures are those of measuredAt.",
+    )
 
 
 class LLMDeploymentStatus(StatusModel):

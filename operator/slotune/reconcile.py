@@ -8,15 +8,17 @@ what to fix while the children keep serving the last good configuration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from slotune import render
+from slotune import render, tuning
 from slotune.kube import Kube, KubeError, Ref
-from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus
+from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
 from slotune.spec import parse_spec
 from slotune.status import (
+    ConditionRow,
     DeploymentState,
     Event,
     Observation,
@@ -37,6 +39,36 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
     invalid: str | None = None
+    progressed: bool = False  # the study can take another step right away
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What on-call monitoring contributes to one reconcile."""
+
+    live: tuning.Live = field(default_factory=tuning.Live)
+    rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, MetricsAvailable, ...
+    slo: SloStatus | None = None
+    gpu: GpuStatus | None = None
+
+
+# (spec, previous status, namespace, served model name, now) -> what monitoring says
+Monitor = Callable[[LLMDeploymentSpec, LLMDeploymentStatus, str, str, datetime], Watch | None]
+
+
+def _serving_ready(deployment: dict[str, Any] | None) -> bool:
+    """Every replica runs the Deployment's current template and is ready (rollout done)."""
+    if deployment is None:
+        return False
+    desired = int(deployment["spec"].get("replicas", 1))
+    status = deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation", 0)
+    return (
+        status.get("observedGeneration", 0) >= generation
+        and int(status.get("updatedReplicas") or 0) == desired
+        and int(status.get("readyReplicas") or 0) >= desired
+        and int(status.get("replicas") or 0) == desired
+    )
 
 
 def _active_config(deployment: dict[str, Any] | None) -> tuple[list[str], str]:
@@ -51,7 +83,14 @@ def _active_config(deployment: dict[str, Any] | None) -> tuple[list[str], str]:
     return list(args), template["metadata"].get("labels", {}).get(render.LABEL_CONFIG_HASH, "")
 
 
-def reconcile(body: dict[str, Any], kube: Kube, now: datetime) -> Outcome:
+def reconcile(
+    body: dict[str, Any],
+    kube: Kube,
+    now: datetime,
+    *,
+    monitor: Monitor | None = None,
+    settings: tuning.Settings | None = None,
+) -> Outcome:
     """Bring the children of one LLMDeployment to its spec and report in its status."""
     meta = body["metadata"]
     owner = render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
@@ -59,7 +98,9 @@ def reconcile(body: dict[str, Any], kube: Kube, now: datetime) -> Outcome:
     spec, problems = parse_spec(body.get("spec") or {})
     deployment_ref = Ref("apps/v1", "Deployment", owner.namespace, owner.name)
 
-    deployment: dict[str, Any] | None
+    deployment: dict[str, Any] | None = kube.get(deployment_ref)
+    watch: Watch | None = None
+    study: tuning.Result | None = None
     if spec is not None and not problems:
         has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
         if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
@@ -68,15 +109,29 @@ def reconcile(body: dict[str, Any], kube: Kube, now: datetime) -> Outcome:
                 "(monitoring.coreos.com/v1); install the Prometheus Operator or set Auto"
             )
     if spec is not None and not problems:
+        served = render.served_name(owner, spec)
+        watch = monitor(spec, previous, owner.namespace, served, now) if monitor else None
+        _, active_hash = _active_config(deployment)
+        study = tuning.step(
+            tuning.Context(
+                owner=owner,
+                spec=spec,
+                previous=previous.tuning,
+                now=now,
+                kube=kube,
+                active_hash=active_hash,
+                serving_ready=_serving_ready(deployment),
+                live=watch.live if watch else tuning.Live(),
+                settings=settings or tuning.Settings(),
+            )
+        )
+        serving = render.with_params(spec, study.overlay)
         try:
-            deployment = _apply_children(owner, spec, kube, has_pod_monitor)
+            deployment = _apply_children(owner, serving, kube, has_pod_monitor)
         except KubeError as exc:
             if not exc.rejected:
                 raise
             problems.append(f"the API server rejected a rendered object: {exc.message}")
-            deployment = kube.get(deployment_ref)
-    else:
-        deployment = kube.get(deployment_ref)
 
     active_args, active_hash = _active_config(deployment)
     observation = Observation(
@@ -86,9 +141,17 @@ def reconcile(body: dict[str, Any], kube: Kube, now: datetime) -> Outcome:
         deployment=DeploymentState.from_object(deployment),
         active_args=active_args,
         config_hash=active_hash,
+        tuning=study.tuning if study else previous.tuning,
+        tuning_row=study.row if study else None,
+        monitoring_rows=watch.rows if watch else [],
+        slo=watch.slo if watch else previous.slo,
+        gpu=watch.gpu if watch else previous.gpu,
     )
     current = compute_status(observation, previous, now)
     outcome = Outcome(status=current, events=transitions(previous, current))
+    if study is not None:
+        outcome.events += study.events
+        outcome.progressed = study.progressed
     if changed(previous, current):
         kube.apply_status(owner.namespace, owner.name, to_patch(current))
         outcome.status_written = True

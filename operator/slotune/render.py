@@ -15,6 +15,7 @@ from typing import Any
 
 from slotune import models
 from slotune.engine import vllm
+from slotune.slo import custom_histogram_buckets
 
 MANAGED_BY = "slotune"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -62,12 +63,23 @@ def model_path(spec: models.LLMDeploymentSpec) -> str:
     return f"{MODEL_MOUNT}/{pvc.path.strip('/')}".rstrip("/")
 
 
+HISTOGRAM_FLAG = "--custom-histogram-buckets"
+
+
 def engine_args(owner: Owner, spec: models.LLMDeploymentSpec) -> list[str]:
+    extra = list(spec.engine.extra_args)
+    if spec.model.source.random_weights is not None:
+        extra = ["--load-format", "dummy", *extra]
+    # vLLM's default latency buckets cannot decide most SLOs (none between 1 s and 2.5 s for
+    # TTFT): bounds around each target let Prometheus judge the live SLO.
+    known = vllm.known_flags(vllm.version_of_image(spec.engine.image))
+    if spec.slo is not None and HISTOGRAM_FLAG in known and HISTOGRAM_FLAG not in extra:
+        extra += [HISTOGRAM_FLAG, custom_histogram_buckets(spec.slo)]
     return vllm.render_serve_args(
         model_path(spec),
         served_name(owner, spec),
         spec.engine.args,
-        spec.engine.extra_args,
+        extra,
         tensor_parallel_size=max(spec.resources.gpus, 1),
     )
 
@@ -295,3 +307,174 @@ def render_children(
     if with_monitor:
         children.append(render_pod_monitor(owner, spec))
     return children
+
+
+# --- tuning ---------------------------------------------------------------------------------
+
+LABEL_STUDY = "slotune.dev/study"
+LABEL_TRIAL = "slotune.dev/trial"
+TRIAL_COMPONENT = "trial"
+LOAD_COMPONENT = "load"
+LOAD_CONTAINER = "load"
+TERMINATION_LOG = "/dev/termination-log"
+RECORDS_KEY = "trials.jsonl"
+
+
+def with_params(spec: models.LLMDeploymentSpec, params: dict[str, Any]) -> models.LLMDeploymentSpec:
+    """The spec with tuned engine settings (field names, as the tuner keeps them) on top."""
+    if not params:
+        return spec
+    args = models.EngineArgs.model_validate({**spec.engine.args.explicit(), **params})
+    engine = spec.engine.model_copy(update={"args": args})
+    return spec.model_copy(update={"engine": engine})
+
+
+def child_name(owner: Owner, *parts: object) -> str:
+    """`<owner>-<part>-...`, shortened with a hash when it would not fit a label value (63)."""
+    suffix = "-".join(str(p) for p in parts)
+    name = f"{owner.name}-{suffix}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(owner.name.encode()).hexdigest()[:8]
+    return f"{owner.name[: 63 - len(suffix) - 10]}-{digest}-{suffix}"
+
+
+def trial_labels(owner: Owner, component: str, study: int, trial: int) -> dict[str, str]:
+    return {
+        LABEL_NAME: "vllm" if component == TRIAL_COMPONENT else "slotune-load",
+        LABEL_INSTANCE: owner.name,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_OWNER: owner.name,
+        LABEL_STUDY: str(study),
+        LABEL_TRIAL: str(trial),
+    }
+
+
+def render_trial_pod(
+    owner: Owner, spec: models.LLMDeploymentSpec, params: dict[str, Any], study: int, trial: int
+) -> dict[str, Any]:
+    """A canary pod running one trial's configuration, outside the serving Service.
+
+    Its labels do not match the Service's selector, so no user request reaches it. It is never
+    restarted: a crash is the trial's result, and the log tail it leaves in the termination
+    message says why.
+    """
+    tuned = with_params(spec, params)
+    template = render_deployment(owner, tuned, annotate_for_scraping=False)["spec"]["template"]
+    pod_spec = template["spec"]
+    pod_spec["restartPolicy"] = "Never"
+    container = pod_spec["containers"][0]
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    container.pop("livenessProbe", None)
+    labels = {
+        **trial_labels(owner, TRIAL_COMPONENT, study, trial),
+        LABEL_CONFIG_HASH: config_hash(owner, tuned),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": child_name(owner, "trial", study, trial),
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": pod_spec,
+    }
+
+
+def render_load_job(
+    owner: Owner,
+    spec: models.LLMDeploymentSpec,
+    *,
+    image: str,
+    url: str,
+    workload: models.WorkloadSpec,
+    seed: int,
+    study: int,
+    trial: int,
+) -> dict[str, Any]:
+    """A Job that drives the trial's engine with the workload and reports what it measured.
+
+    It runs the operator's own image (`slotune trial-load`); the measurement comes back as the
+    container's termination message, which the operator reads from the pod's status.
+    """
+    if spec.slo is None:
+        raise ValueError("a load Job needs spec.slo")
+    measured = models.seconds(workload.duration)
+    command = [
+        "slotune",
+        "trial-load",
+        "--url",
+        url,
+        "--model",
+        served_name(owner, spec),
+        "--workload",
+        workload.model_dump_json(by_alias=True, exclude_none=True),
+        "--slo",
+        spec.slo.model_dump_json(by_alias=True, exclude_none=True),
+        "--seed",
+        str(seed),
+        "--result-file",
+        TERMINATION_LOG,
+    ]
+    labels = trial_labels(owner, LOAD_COMPONENT, study, trial)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": child_name(owner, "load", study, trial),
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            # Warm-up, the measured run and the drain of requests still in flight.
+            "activeDeadlineSeconds": int(measured * 3 + 180),
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": LOAD_CONTAINER,
+                            "image": image,
+                            "command": command[:1],
+                            "args": command[1:],
+                            "terminationMessagePath": TERMINATION_LOG,
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "resources": {"requests": {"cpu": "1", "memory": "256Mi"}},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def render_records(owner: Owner, study: int, text: str) -> dict[str, Any]:
+    """The ConfigMap that keeps a study's trial records (JSON lines) in the API."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": child_name(owner, "trials"),
+            "namespace": owner.namespace,
+            "labels": {
+                LABEL_INSTANCE: owner.name,
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_OWNER: owner.name,
+                LABEL_STUDY: str(study),
+            },
+            "ownerReferences": [owner.reference()],
+        },
+        "data": {"study": str(study), RECORDS_KEY: text},
+    }

@@ -8,7 +8,7 @@ on-call engineer sees one event per real change, never one per reconcile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ from slotune.models import (
     ActiveConfig,
     Condition,
     ConditionType,
+    GpuStatus,
     LLMDeploymentSpec,
     LLMDeploymentStatus,
     Phase,
@@ -84,6 +85,11 @@ class Observation:
     deployment: DeploymentState
     active_args: list[str]
     config_hash: str
+    tuning: TuningStatus | None = None
+    tuning_row: ConditionRow | None = None  # the Tuning condition, from the study
+    monitoring_rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, ...
+    slo: SloStatus | None = None
+    gpu: GpuStatus | None = None
 
 
 def merge_condition(
@@ -163,21 +169,23 @@ def _invalid_conditions(problems: list[str]) -> list[ConditionRow]:
     ]
 
 
-def _pending_feature_conditions(spec: LLMDeploymentSpec) -> list[ConditionRow]:
-    """Conditions for what is asked for but not measured or run yet."""
+def _feature_conditions(spec: LLMDeploymentSpec, observation: Observation) -> list[ConditionRow]:
+    """Tuning and the on-call conditions, or what stands in for them before they are known."""
     rows: list[ConditionRow] = []
-    if spec.tuning.enabled:
+    if observation.tuning_row is not None:
+        rows.append(observation.tuning_row)
+    elif spec.tuning.enabled:
+        rows.append((ConditionType.TUNING, "False", "NotStarted", "the study has not started"))
+    rows += observation.monitoring_rows
+    has_slo_row = any(row[0] == ConditionType.SLO_MET for row in observation.monitoring_rows)
+    if spec.slo is not None and not has_slo_row:
         rows.append(
             (
-                ConditionType.TUNING,
-                "False",
-                "NotStarted",
-                "tuning studies are not run by this operator version yet",
+                ConditionType.SLO_MET,
+                "Unknown",
+                "NotMeasured",
+                "no Prometheus to read live SLO attainment from (spec.monitoring.prometheusURL)",
             )
-        )
-    if spec.slo is not None:
-        rows.append(
-            (ConditionType.SLO_MET, "Unknown", "NotMeasured", "the SLO has not been measured yet")
         )
     return rows
 
@@ -197,7 +205,9 @@ def compute_status(
         message = "Invalid spec: " + "; ".join(observation.problems)
     else:
         phase, rows = _serving_conditions(serving, dep, observation.config_hash)
-        rows += _pending_feature_conditions(serving)
+        rows += _feature_conditions(serving, observation)
+        if phase == Phase.READY and observation.tuning_row and observation.tuning_row[1] == "True":
+            phase = Phase.TUNING
         active = ActiveConfig(args=observation.active_args, hash=observation.config_hash)
         message = rows[0][3]
 
@@ -207,7 +217,7 @@ def compute_status(
     ]
     desired_replicas = spec.replicas if spec is not None else previous.replicas
     ready_count = dep.ready if dep.exists else 0
-    tuning = previous.tuning
+    tuning = observation.tuning if serving is not None else previous.tuning
     trials = None
     if serving is not None and serving.tuning.enabled:
         tuning = tuning or TuningStatus(max_trials=serving.tuning.max_trials)
@@ -220,12 +230,12 @@ def compute_status(
         ready_replicas=ready_count,
         ready=f"{ready_count}/{desired_replicas or 0}",
         conditions=conditions,
-        slo=previous.slo,
-        slo_summary=_ttft_summary(spec, previous.slo),
+        slo=observation.slo,
+        slo_summary=_ttft_summary(spec, observation.slo),
         trials_summary=trials,
         active_config=active,
         tuning=tuning,
-        gpu=previous.gpu,
+        gpu=observation.gpu,
     )
 
 

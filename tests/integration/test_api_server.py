@@ -40,7 +40,7 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
         ),
         (
             {"model": {"name": "m", "source": {"huggingFace": {}, "pvc": {"claimName": "c"}}}},
-            "set exactly one of model.source.huggingFace or model.source.pvc",
+            "set exactly one of model.source.huggingFace, model.source.pvc or",
         ),
         ({"slo": None, "tuning": {"enabled": True}}, "tuning.enabled needs an slo to tune for"),
         ({"slo": {"window": "5m"}}, "give at least one SLO target"),

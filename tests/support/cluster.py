@@ -124,9 +124,10 @@ def wait_for(
 class OperatorProcess:
     """`slotune operator` as a separate process, under the chart's ServiceAccount."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -139,6 +140,7 @@ class OperatorProcess:
                 **os.environ,
                 "PYTHONUNBUFFERED": "1",
                 "SLOTUNE_RESYNC_SECONDS": str(RESYNC_SECONDS),
+                **self.env,
             },
         )
         try:

@@ -16,8 +16,8 @@ import pytest
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.tuner.loop import Tuner, TunerOptions
-from slotune.tuner.records import Measurement, RecordStore, TrialState
+from slotune.tuner.loop import Finished, Launch, Tuner, TunerOptions
+from slotune.tuner.records import Measurement, MemoryStore, RecordStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU
 
 
@@ -213,3 +213,52 @@ def test_the_report_is_written_from_records(tmp_path: Path) -> None:
     html = page.read_text()
     assert html.count("data:image/png;base64,") == 3
     assert "vllm-defaults" in (tmp_path / "report" / "trials.txt").read_text()
+
+
+def _stepwise_study(s: LLMDeploymentSpec) -> tuple[list[TrialRecord], Finished]:
+    """The study as the operator runs it: a planner rebuilt from the records at every step."""
+    records: list[TrialRecord] = []
+    configs: dict[str, dict[str, Any]] = {}
+    measure = measure_by_budget(configs)
+    runtime = ScriptedRuntime(fail_above=3000)
+    while True:
+        store = MemoryStore(records)
+        tuner = Tuner(
+            s,
+            runtime=None,
+            measure=None,
+            platform=CPU,
+            model="tiny",
+            served_name="tiny",
+            store=store,
+            options=TunerOptions(patience=100),
+        )
+        planned = tuner.plan()
+        records = store.load()  # with any configuration rejected while planning
+        if isinstance(planned, Finished):
+            return records, planned
+        try:
+            engine = runtime.start(tuner._config(planned.params), timeout=1)
+        except EngineStartError as error:
+            launch = Launch(TrialState.FAILED, cause=error.failure.describe())
+        else:
+            configs[engine.base_url] = runtime.started[-1]
+            launch = Launch(TrialState.MEASURED, measurement=measure(engine.base_url, planned.seed))
+        records.append(tuner.outcome(planned, launch, 0.0))
+
+
+def test_a_planner_rebuilt_from_records_at_every_step_runs_a_whole_study() -> None:
+    """The operator keeps nothing in memory between steps: planning from the records alone
+    is deterministic (a restart plans the same), never repeats a configuration, and ends
+    with re-measured finalists and a winner."""
+    s = spec(maxTrials=7)
+    records, finished = _stepwise_study(s)
+    again, _ = _stepwise_study(s)
+    assert [r.params for r in records] == [r.params for r in again]
+    screened = [r for r in records if r.phase == "screen"]
+    assert len({tuple(sorted(r.params.items())) for r in screened}) == len(screened)
+    assert screened[0].label == "vllm-defaults"
+    assert sum(1 for r in records if r.launched) == 7
+    assert any(r.phase == "finalist" for r in records)
+    assert finished.winner is not None
+    assert finished.winner.feasible

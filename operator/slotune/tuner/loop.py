@@ -22,7 +22,7 @@ from slotune.engine import vllm
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
 from slotune.tuner import study as studies
-from slotune.tuner.records import Measurement, RecordStore, TrialRecord, TrialState
+from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState
 from slotune.tuner.space import Platform, Space, build_space, clamp_into
 
 Measure = Callable[[str, int], Measurement]
@@ -49,6 +49,26 @@ class Launch:
     facts: dict[str, Any] | None = None
     cause: str | None = None
     failure_kind: str | None = None
+
+
+@dataclass(frozen=True)
+class NextTrial:
+    """A trial the study wants run next."""
+
+    number: int
+    params: dict[str, Any]
+    seed: int
+    phase: Literal["screen", "finalist"] = "screen"
+    label: str | None = None
+    of_trial: int | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The study is over: its winner (None when no configuration was confirmed) and why."""
+
+    winner: TrialRecord | None
+    stopped_because: str
 
 
 @dataclass
@@ -86,12 +106,12 @@ class Tuner:
         self,
         spec: LLMDeploymentSpec,
         *,
-        runtime: Runtime,
-        measure: Measure,
+        runtime: Runtime | None,
+        measure: Measure | None,
         platform: Platform,
         model: str,
         served_name: str,
-        store: RecordStore,
+        store: Store,
         options: TunerOptions | None = None,
         storage: str | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -121,6 +141,12 @@ class Tuner:
             spec.tuning.seed + resumed, storage=storage, sampler=sampler
         )
         studies.rebuild(self.study, self.space, self.slo, self.records)
+        self._pending: dict[int, optuna.Trial] = {}
+        if self.options.seed_with_defaults:
+            done = {r.label for r in self.records if r.label}
+            for label, params in self.seed_params():
+                if label not in done:
+                    self.study.enqueue_trial(params, user_attrs={"label": label})
 
     # -- configurations --------------------------------------------------------------------
 
@@ -157,17 +183,21 @@ class Tuner:
 
     # -- one trial -------------------------------------------------------------------------
 
-    def _launch(self, params: dict[str, Any], seed: int) -> Launch:
-        """Starts, measures and stops one configuration."""
-        config = EngineConfig(
+    def _config(self, params: dict[str, Any]) -> EngineConfig:
+        return EngineConfig(
             model=self.model,
             served_name=self.served_name,
             args=self.engine_args(params),
             extra_args=tuple(self.spec.engine.extra_args),
             env=tuple((v.name, v.value) for v in self.spec.engine.env) + self.extra_env,
         )
+
+    def _launch(self, params: dict[str, Any], seed: int) -> Launch:
+        """Starts, measures and stops one configuration."""
+        if self.runtime is None or self.measure is None:
+            raise RuntimeError("this tuner only plans trials; it has no runtime to launch them")
         try:
-            engine = self.runtime.start(config, timeout=self.options.startup_timeout)
+            engine = self.runtime.start(self._config(params), timeout=self.options.startup_timeout)
         except EngineStartError as error:
             failure = error.failure
             return Launch(
@@ -179,22 +209,8 @@ class Tuner:
             engine.stop()
         return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
 
-    def _record(
-        self,
-        number: int,
-        params: dict[str, Any],
-        *,
-        phase: Literal["screen", "finalist"] = "screen",
-        label: str | None = None,
-        seed: int,
-        of_trial: int | None = None,
-    ) -> TrialRecord:
-        began = self.clock()
-        problems = self._problems(params)
-        if problems:
-            launch = Launch(TrialState.REJECTED, cause="; ".join(problems))
-        else:
-            launch = self._launch(params, seed)
+    def outcome(self, planned: NextTrial, launch: Launch, seconds: float) -> TrialRecord:
+        """The record of a planned trial, from how its launch fared (wherever it ran)."""
         measurement = launch.measurement
         if measurement is None:
             constraints = studies.infeasible_constraints(self.slo)
@@ -202,11 +218,11 @@ class Tuner:
         else:
             constraints = studies.slo_constraints(self.slo, measurement)
             score = _score(self.spec.tuning.objective, measurement, constraints)
-        record = TrialRecord(
-            number=number,
-            phase=phase,
-            label=label,
-            params=params,
+        return TrialRecord(
+            number=planned.number,
+            phase=planned.phase,
+            label=planned.label,
+            params=planned.params,
             state=launch.state,
             cause=launch.cause,
             failure_kind=launch.failure_kind,
@@ -215,11 +231,23 @@ class Tuner:
             score=score,
             constraints=constraints,
             feasible=measurement is not None and all(c <= 0 for c in constraints),
-            seconds=self.clock() - began,
-            of_trial=of_trial,
+            seconds=seconds,
+            of_trial=planned.of_trial,
         )
+
+    def record(self, record: TrialRecord) -> None:
+        """Keeps a finished trial: in the store, in memory, and in the study it was asked from."""
         self.store.append(record)
         self.records.append(record)
+        pending = self._pending.pop(record.number, None)
+        if pending is not None:
+            studies.tell(self.study, pending, record, self.slo)
+
+    def _run_trial(self, planned: NextTrial) -> TrialRecord:
+        began = self.clock()
+        launch = self._launch(planned.params, planned.seed)
+        record = self.outcome(planned, launch, self.clock() - began)
+        self.record(record)
         return record
 
     # -- the study ---------------------------------------------------------------------------
@@ -241,79 +269,93 @@ class Tuner:
         ]
         return len(later) >= self.options.patience
 
-    def run(self, progress: Callable[[Progress], None] | None = None) -> Outcome:
+    def _screening_stop(self) -> str | None:
+        """Why screening is over, or None while it goes on."""
         budget = self.spec.tuning.max_trials
-        screening_budget = max(budget - self.options.finalists, 1)
-        done_labels = {r.label for r in self.records if r.label}
-        seeds = self.seed_params() if self.options.seed_with_defaults else []
-        for seed_label, params in seeds:
-            if seed_label not in done_labels:
-                self.study.enqueue_trial(params, user_attrs={"label": seed_label})
+        rejected = sum(1 for r in self.records if r.state == TrialState.REJECTED)
+        if rejected > MAX_REJECTIONS:
+            return "the search space holds almost no valid configuration"
+        if self._stale():
+            return f"SLO met and {self.options.patience} trials brought no improvement"
+        if self._launched() >= max(budget - self.options.finalists, 1):
+            return "maxTrials reached"
+        if any(r.phase == "finalist" for r in self.records):
+            return "screening finished"
+        return None
 
-        rejections = 0
-        stopped = "maxTrials reached"
-        while self._launched() < screening_budget:
-            if self._stale():
-                stopped = f"SLO met and {self.options.patience} trials brought no improvement"
-                break
+    def plan(self) -> NextTrial | Finished:
+        """The next trial to launch, or the study's end with its winner.
+
+        Depends only on the records (and the seeded sampler), so a study rebuilt from its
+        records after a restart plans the same next step. Configurations that break one of
+        vLLM's known rules are recorded as rejected here and never returned.
+        """
+        while (stopped := self._screening_stop()) is None:
             trial = self.study.ask(self.space)
-            label: str | None = trial.user_attrs.get("label")
-            number = len([r for r in self.records if r.phase == "screen"])
-            record = self._record(
-                number, dict(trial.params), label=label, seed=self.spec.tuning.seed
+            planned = NextTrial(
+                number=len([r for r in self.records if r.phase == "screen"]),
+                params=dict(trial.params),
+                label=trial.user_attrs.get("label"),
+                seed=self.spec.tuning.seed,
             )
-            studies.tell(self.study, trial, record, self.slo)
-            if record.state == TrialState.REJECTED:
-                rejections += 1
-                if rejections > MAX_REJECTIONS:
-                    stopped = "the search space holds almost no valid configuration"
-                    break
-                continue
-            if progress is not None:
-                progress(Progress(record, self._launched(), budget, self._best()))
+            self._pending[planned.number] = trial
+            problems = self._problems(planned.params)
+            if not problems:
+                return planned
+            rejected = Launch(TrialState.REJECTED, cause="; ".join(problems))
+            self.record(self.outcome(planned, rejected, 0.0))
+        return self._plan_finalists(stopped)
 
-        winner = self._confirm_finalists(budget, progress)
-        baseline = next((r for r in self.records if r.label == "vllm-defaults"), None)
-        return Outcome(
-            records=list(self.records),
-            winner=winner,
-            baseline=baseline,
-            stopped_because=stopped,
-            space={name: repr(dist) for name, dist in self.space.items()},
-        )
-
-    def _confirm_finalists(
-        self, budget: int, progress: Callable[[Progress], None] | None
-    ) -> TrialRecord | None:
-        """Re-measures the best feasible configurations under a different arrival order;
-        the winner is the best worst case among those that stay feasible."""
-        screened = sorted(
+    def _finalists(self) -> list[TrialRecord]:
+        return sorted(
             (r for r in self.records if r.phase == "screen" and r.feasible),
             key=lambda r: r.score,
             reverse=True,
         )[: self.options.finalists]
+
+    def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
+        """Re-measures the best feasible configurations under a different arrival order;
+        the winner is the best worst case among those that stay feasible."""
+        budget = self.spec.tuning.max_trials
         confirmed: list[tuple[float, TrialRecord]] = []
-        for candidate in screened:
+        for candidate in self._finalists():
             previous = [
                 r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number
             ]
             if previous:
                 again = previous[-1]
             elif self._launched() < budget:
-                again = self._record(
-                    len(self.records),
-                    candidate.params,
+                return NextTrial(
+                    number=len(self.records),
+                    params=candidate.params,
                     phase="finalist",
                     label=candidate.label,
                     seed=self.spec.tuning.seed + 1,
                     of_trial=candidate.number,
                 )
-                if progress is not None:
-                    progress(Progress(again, self._launched(), budget, candidate, "re-measured"))
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
             if again.feasible:
                 confirmed.append((min(candidate.score, again.score), candidate))
-        if not confirmed:
-            return None
-        return max(confirmed, key=lambda pair: pair[0])[1]
+        winner = max(confirmed, key=lambda pair: pair[0])[1] if confirmed else None
+        return Finished(winner=winner, stopped_because=stopped)
+
+    def run(self, progress: Callable[[Progress], None] | None = None) -> Outcome:
+        """Plans and runs trials on the runtime until the study ends."""
+        budget = self.spec.tuning.max_trials
+        while isinstance(planned := self.plan(), NextTrial):
+            record = self._run_trial(planned)
+            if progress is not None:
+                candidate = next((r for r in self.records if r.number == planned.of_trial), None)
+                if planned.phase == "finalist":
+                    progress(Progress(record, self._launched(), budget, candidate, "re-measured"))
+                else:
+                    progress(Progress(record, self._launched(), budget, self._best()))
+        baseline = next((r for r in self.records if r.label == "vllm-defaults"), None)
+        return Outcome(
+            records=list(self.records),
+            winner=planned.winner,
+            baseline=baseline,
+            stopped_because=planned.stopped_because,
+            space={name: repr(dist) for name, dist in self.space.items()},
+        )

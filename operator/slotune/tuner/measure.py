@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
+import sys
+from pathlib import Path
 
 from slotune import loadgen
 from slotune.models import LLMDeploymentSpec, SloSpec, WorkloadSpec, seconds
@@ -82,3 +85,31 @@ class LoadgenMeasure:
         workload = loadgen_workload(self.workload, seed)
         results = asyncio.run(loadgen.run_workload(base_url, self.served_name, workload))
         return reduce(results, self.slo)
+
+
+def trial_load_main(argv: list[str]) -> int:
+    """`slotune trial-load`: what a trial's load Job runs in the cluster.
+
+    Drives the engine at --url with the workload, reduces what it saw against the SLO and
+    writes the measurement as JSON to --result-file (the container's termination message,
+    which the operator reads back from the pod's status) and to stdout.
+    """
+    parser = argparse.ArgumentParser(prog="slotune trial-load", description=trial_load_main.__doc__)
+    parser.add_argument("--url", required=True, help="the engine, e.g. http://10.0.0.7:8000")
+    parser.add_argument("--model", required=True, help="its served model name")
+    parser.add_argument("--workload", required=True, help="spec.tuning.workload, as JSON")
+    parser.add_argument("--slo", required=True, help="spec.slo, as JSON")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--result-file", type=Path, default=None)
+    args = parser.parse_args(argv)
+    workload = WorkloadSpec.model_validate_json(args.workload)
+    slo = SloSpec.model_validate_json(args.slo)
+    results = asyncio.run(
+        loadgen.run_workload(args.url, args.model, loadgen_workload(workload, args.seed))
+    )
+    measurement = reduce(results, slo)
+    text = measurement.model_dump_json(exclude_none=True)
+    if args.result_file is not None:
+        args.result_file.write_text(text)
+    sys.stdout.write(text + "\n")
+    return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -60,6 +60,38 @@ class TrialRecord(BaseModel):
         return self.state != TrialState.REJECTED
 
 
+class Store(Protocol):
+    """Where a study keeps its records: a file locally, a ConfigMap in the cluster."""
+
+    def load(self) -> list[TrialRecord]: ...
+
+    def append(self, record: TrialRecord) -> None: ...
+
+
+class MemoryStore:
+    """Records held in memory; `added` is what a caller still has to persist."""
+
+    def __init__(self, records: list[TrialRecord] | None = None) -> None:
+        self.records = list(records or [])
+        self.added: list[TrialRecord] = []
+
+    def load(self) -> list[TrialRecord]:
+        return list(self.records)
+
+    def append(self, record: TrialRecord) -> None:
+        self.records.append(record)
+        self.added.append(record)
+
+
+def dumps(records: list[TrialRecord]) -> str:
+    """Records as JSON lines."""
+    return "".join(record.model_dump_json() + "\n" for record in records)
+
+
+def loads(text: str) -> list[TrialRecord]:
+    return [TrialRecord.model_validate_json(line) for line in text.splitlines() if line.strip()]
+
+
 class RecordStore:
     """An append-only JSON-lines file of trial records."""
 
@@ -69,11 +101,7 @@ class RecordStore:
     def load(self) -> list[TrialRecord]:
         if not self.path.exists():
             return []
-        return [
-            TrialRecord.model_validate_json(line)
-            for line in self.path.read_text().splitlines()
-            if line.strip()
-        ]
+        return loads(self.path.read_text())
 
     def append(self, record: TrialRecord) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

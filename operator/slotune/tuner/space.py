@@ -19,7 +19,7 @@ from optuna.distributions import (
 )
 
 from slotune.engine import vllm
-from slotune.models import EngineArgs, FloatRange, IntRange, SearchSpace
+from slotune.models import EngineArgs, FloatRange, IntRange, LLMDeploymentSpec, SearchSpace
 
 Space = dict[str, BaseDistribution]
 
@@ -64,6 +64,12 @@ H200 = Platform(
     tunes_memory_fraction=True,
 )
 PLATFORMS = {p.name: p for p in (CPU, H200)}
+
+
+def platform_for(spec: LLMDeploymentSpec) -> Platform:
+    """The platform a spec's pods run on: the CPU engine without GPUs, else a large GPU
+    (vLLM's defaults there are those of a GPU with at least 70 GiB)."""
+    return CPU if spec.resources.gpus == 0 else H200
 
 
 def _block_sizes(backend: str) -> tuple[int, ...]:

@@ -1,0 +1,177 @@
+"""What the operator reads off trial pods and load Jobs, and what it shows of a study.
+
+Pure: Kubernetes objects (plain dicts) in, small facts out. A trial pod is ready, still
+starting, blocked by something no configuration can fix (no node has room for it), or failed
+with a classified cause; a load Job is running, done with its measurement, or failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from slotune import models
+from slotune.engine.startup import classify_failure
+from slotune.tuner.records import Measurement, TrialRecord, TrialState
+
+HISTORY = 20  # trials kept in status; the ConfigMap keeps them all
+
+# Waiting reasons that mean the container cannot be created at all: the configuration is not
+# at fault, so the trial is not recorded as infeasible while they last.
+_BLOCKING_WAITS = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+
+
+@dataclass(frozen=True)
+class PodState:
+    """A trial pod as the operator sees it."""
+
+    phase: Literal["Starting", "Ready", "Blocked", "Failed", "Gone"]
+    ip: str | None = None
+    detail: str = ""
+    failure_kind: str | None = None
+
+    @classmethod
+    def of(cls, pod: dict[str, Any] | None, *, startup_seconds: float | None = None) -> PodState:
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return cls("Gone")
+        status = pod.get("status") or {}
+        for container in status.get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated")
+            if terminated is not None:
+                return terminated_failure(terminated, startup_seconds)
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _BLOCKING_WAITS:
+                return cls("Blocked", detail=f"{waiting['reason']}: {waiting.get('message', '')}")
+        if status.get("phase") == "Failed":
+            return cls(
+                "Failed", detail=status.get("message") or "the pod failed", failure_kind="Crash"
+            )
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        scheduled = conditions.get("PodScheduled") or {}
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            return cls("Blocked", detail=f"Unschedulable: {scheduled.get('message', '')}")
+        if (conditions.get("Ready") or {}).get("status") == "True" and status.get("podIP"):
+            return cls("Ready", ip=status["podIP"])
+        return cls("Starting")
+
+
+def terminated_failure(terminated: dict[str, Any], seconds: float | None = None) -> PodState:
+    """A terminated engine: the termination message holds its log tail, which says why."""
+    log = terminated.get("message") or ""
+    exit_code = terminated.get("exitCode")
+    if terminated.get("reason") == "OOMKilled":
+        log += "\nOOMKilled"
+        exit_code = 137
+    failure = classify_failure(log, exit_code=exit_code, timed_out=False, seconds=seconds)
+    return PodState("Failed", detail=failure.describe(), failure_kind=str(failure.kind))
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """A load Job as the operator sees it."""
+
+    phase: Literal["Running", "Done", "Failed", "Gone"]
+    measurement: Measurement | None = None
+    detail: str = ""
+
+    @classmethod
+    def of(cls, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> LoadState:
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return cls("Gone")
+        for pod in pods:
+            for container in (pod.get("status") or {}).get("containerStatuses") or []:
+                terminated = (container.get("state") or {}).get("terminated")
+                if terminated is None:
+                    continue
+                message = terminated.get("message") or ""
+                if terminated.get("exitCode") == 0:
+                    try:
+                        return cls("Done", measurement=Measurement.model_validate_json(message))
+                    except ValidationError:
+                        return cls("Failed", detail=f"unreadable load result: {message[:300]}")
+                return cls("Failed", detail=f"the load generator failed: {message[-600:]}")
+        for condition in (job.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Failed" and condition.get("status") == "True":
+                reason = condition.get("reason") or "Failed"
+                return cls(
+                    "Failed",
+                    detail=f"the load Job failed ({reason}): {condition.get('message', '')}",
+                )
+        return cls("Running")
+
+
+def spec_hash(spec: models.LLMDeploymentSpec) -> str:
+    """Identifies what a study tunes. A change to it starts a new study; `apply`, `enabled`
+    and the re-tune policy are left out, since changing them changes no measurement."""
+    tuning = spec.tuning.model_dump(mode="json", exclude={"apply", "enabled", "retune"})
+    identity = {
+        "model": spec.model.model_dump(mode="json"),
+        "engine": spec.engine.model_dump(mode="json"),
+        "resources": spec.resources.model_dump(mode="json"),
+        "slo": spec.slo.model_dump(mode="json") if spec.slo else None,
+        "tuning": tuning,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def shown(record: TrialRecord) -> models.TrialRecord:
+    """A trial record as status shows it."""
+    state = str(record.state) if record.phase == "screen" else f"{record.state} (re-measure)"
+    return models.TrialRecord(
+        number=record.number,
+        params=record.params,
+        state=state,
+        score=round(record.score, 4),
+        feasible=record.feasible,
+        cause=(record.cause or "")[:300] or None,
+    )
+
+
+def summarize(records: list[TrialRecord], tuning: models.TuningStatus) -> models.TuningStatus:
+    """The counters, best trial and bounded history a study's records give."""
+    launched = [r for r in records if r.state != TrialState.REJECTED]
+    feasible = [r for r in records if r.phase == "screen" and r.feasible]
+    best = max(feasible, key=lambda r: r.score, default=None)
+    return tuning.model_copy(
+        update={
+            "trials_completed": len(launched),
+            "trials_failed": sum(1 for r in records if r.state == TrialState.FAILED),
+            "best": shown(best) if best is not None else None,
+            "trials": [shown(r) for r in records[-HISTORY:]],
+        }
+    )
+
+
+def recommendation(
+    spec: models.LLMDeploymentSpec, winner: TrialRecord, now: datetime
+) -> dict[str, Any]:
+    """The winner, and a ready-to-commit patch of the spec that would make it permanent."""
+    args = models.EngineArgs.model_validate(winner.params)
+    measured = winner.measurement.model_dump(exclude_none=True) if winner.measurement else {}
+    return {
+        "trial": winner.number,
+        "at": now.isoformat(),
+        "engineArgs": args.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "measured": measured,
+        "patch": json.dumps(
+            {
+                "spec": {
+                    "engine": {
+                        "args": args.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    }
+                }
+            }
+        ),
+        "baselineArgs": spec.engine.args.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }

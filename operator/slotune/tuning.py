@@ -1,0 +1,703 @@
+"""The tuning study in the cluster: one step per reconcile, level-based.
+
+Every step reads what the API holds — the study's place in `status.tuning`, its trial records
+in an owned ConfigMap, the trial pod and load Job — does one thing, and returns the status to
+write. Nothing lives only in memory, so an operator killed at any point carries on where it
+stopped: a trial in flight is picked up by name, a record already kept is not kept twice, and
+trial objects that belong to no trial in flight are deleted.
+
+A trial (strategy Canary) runs on its own pod, outside the serving Service, and is measured by
+a load Job running the operator's image. The study plans its trials with the same `Tuner` as
+`slotune tune --local`. When it ends, the winner is promoted to the serving Deployment (a
+surge rollout: no serving capacity is lost), checked, and rolled back to the last good
+configuration if it fails its readiness or SLO check; with `apply: Recommend` it is only
+written to status, with a patch of the spec that would make it permanent.
+
+Strategy InPlace (no spare GPU for a canary) rolls the serving Deployment itself to each
+trial's configuration and measures it there; the last good configuration comes back after the
+study unless a winner is promoted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from slotune import models, render, trials
+from slotune.engine.vllm import DEFAULT_PORT
+from slotune.kube import Kube, Ref
+from slotune.models import (
+    ConditionType,
+    CurrentTrial,
+    LLMDeploymentSpec,
+    TunedConfig,
+    TuningState,
+    TuningStatus,
+)
+from slotune.status import ConditionRow, Event
+from slotune.tuner.loop import Finished, Launch, NextTrial, Tuner
+from slotune.tuner.records import MemoryStore, TrialRecord, TrialState, dumps, loads
+from slotune.tuner.space import platform_for
+
+TERMINAL = {TuningState.COMPLETED, TuningState.RECOMMENDED, TuningState.ROLLED_BACK}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings for trials (environment of the operator's pod)."""
+
+    load_image: str = "slotune/operator:latest"  # the chart sets its own image
+    startup_seconds: float = 960.0  # a trial engine not ready by then has failed
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            load_image=os.environ.get("SLOTUNE_IMAGE", cls.load_image),
+            startup_seconds=float(
+                os.environ.get("SLOTUNE_TRIAL_STARTUP_SECONDS", cls.startup_seconds)
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Live:
+    """What on-call monitoring says right now, as far as the study cares."""
+
+    hold: bool = False  # Prometheus is configured but unreachable: change nothing
+    throttled: bool = False  # GPUs run below their maximum clock: measurements not trusted
+    retune: str | None = None  # why a new study is due, if one is
+    slo_met: bool | None = None
+    slo_measured_at: datetime | None = None
+    slo_detail: str = ""
+    workload: models.WorkloadSpec | None = None  # traffic's shape, for a Live workload
+
+
+@dataclass
+class Context:
+    owner: render.Owner
+    spec: LLMDeploymentSpec
+    previous: TuningStatus | None
+    now: datetime
+    kube: Kube
+    active_hash: str  # config hash the serving Deployment's template runs
+    serving_ready: bool  # every replica of that template is ready
+    live: Live = field(default_factory=Live)
+    settings: Settings = field(default_factory=Settings)
+
+
+@dataclass
+class Result:
+    tuning: TuningStatus | None
+    overlay: dict[str, Any]  # tuned params laid over the spec on the serving Deployment
+    row: ConditionRow | None  # the Tuning condition
+    events: list[Event] = field(default_factory=list)
+    progressed: bool = False  # another step can be taken right away
+
+
+def _overlay(tuning: TuningStatus | None, strategy: str = "Canary") -> dict[str, Any]:
+    """The tuned params the serving Deployment runs: the promoted ones, or with strategy
+    InPlace the trial's own while one is deployed."""
+    if tuning is None:
+        return {}
+    current = tuning.current
+    if (
+        strategy == "InPlace"
+        and tuning.state == TuningState.TUNING
+        and current is not None
+        and current.step != "CleaningUp"
+    ):
+        return dict(current.params)
+    return dict(tuning.promoted.params) if tuning.promoted else {}
+
+
+def _row(tuning: TuningStatus) -> ConditionRow:
+    message = tuning.message or ""
+    if tuning.state == TuningState.TUNING:
+        return (ConditionType.TUNING, "True", "TrialsRunning", message)
+    if tuning.state == TuningState.PROMOTING:
+        return (ConditionType.TUNING, "True", "Promoting", message)
+    reason = str(tuning.state or "NotStarted")
+    return (ConditionType.TUNING, "False", reason, message)
+
+
+class Study:
+    """One reconcile's view of an LLMDeployment's study."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.spec = ctx.spec
+        self.owner = ctx.owner
+        self.kube = ctx.kube
+        self.now = ctx.now
+        self.events: list[Event] = []
+
+    # -- entry point ---------------------------------------------------------------------------
+
+    def step(self) -> Result:
+        spec, previous = self.spec, self.ctx.previous
+        if not spec.tuning.enabled or spec.slo is None:
+            return self._disabled(previous)
+        if self.ctx.live.hold:
+            return self._held(previous)
+        wanted = trials.spec_hash(spec)
+        if previous is None or previous.spec_hash != wanted:
+            reason = "Created" if previous is None else "SpecChanged"
+            return self._start(previous, wanted, reason, keep_overlay=False)
+        tuning = previous.model_copy(deep=True)
+        tuning.max_trials = spec.tuning.max_trials
+        if tuning.state in TERMINAL:
+            return self._after_study(tuning)
+        if tuning.state == TuningState.PROMOTING:
+            return self._verify(tuning)
+        return self._advance(tuning)
+
+    def _disabled(self, previous: TuningStatus | None) -> Result:
+        """Tuning off: the spec's own configuration serves and trial objects go."""
+        self._delete_trial_objects(keep=None)
+        if previous is None:
+            return Result(None, {}, None)
+        tuning = previous.model_copy(update={"promoted": None, "current": None})
+        if previous.promoted is not None:
+            tuning.message = "tuning is disabled: the spec's own configuration serves"
+        row: ConditionRow = (ConditionType.TUNING, "False", "Disabled", tuning.message or "")
+        return Result(tuning, {}, row)
+
+    def _held(self, previous: TuningStatus | None) -> Result:
+        """Prometheus is unreachable: nothing changes until it answers again."""
+        active = previous is not None and previous.state in (
+            TuningState.TUNING,
+            TuningState.PROMOTING,
+        )
+        row: ConditionRow = (
+            ConditionType.TUNING,
+            "True" if active else "False",
+            "Held",
+            "Prometheus is unreachable: holding still until it answers again",
+        )
+        return Result(previous, _overlay(previous, self.spec.tuning.strategy), row)
+
+    def _result(self, tuning: TuningStatus, *, progressed: bool = False) -> Result:
+        overlay = _overlay(tuning, self.spec.tuning.strategy)
+        return Result(tuning, overlay, _row(tuning), self.events, progressed)
+
+    # -- studies -------------------------------------------------------------------------------
+
+    def _start(
+        self, previous: TuningStatus | None, wanted: str, reason: str, *, keep_overlay: bool
+    ) -> Result:
+        number = (previous.study if previous else 0) + 1
+        tuning = TuningStatus(
+            state=TuningState.TUNING,
+            study=number,
+            reason=reason,
+            spec_hash=wanted,
+            started_at=self.now,
+            max_trials=self.spec.tuning.max_trials,
+            message=f"study {number} started ({reason})",
+            promoted=previous.promoted if previous and keep_overlay else None,
+        )
+        self._delete_trial_objects(keep=None)
+        self._save_records(number, [])
+        self.events.append(Event("Normal", "TuningStarted", f"Study {number} started: {reason}"))
+        return self._result(tuning, progressed=True)
+
+    def _after_study(self, tuning: TuningStatus) -> Result:
+        self._delete_trial_objects(keep=None)
+        live = self.ctx.live
+        if (
+            tuning.state == TuningState.RECOMMENDED
+            and self.spec.tuning.apply == "Auto"
+            and tuning.recommendation is not None
+        ):
+            winner = self._records(tuning.study)
+            chosen = next(
+                (r for r in winner if r.number == tuning.recommendation.get("trial")), None
+            )
+            if chosen is not None:
+                return self._promote(tuning, chosen)
+        if live.retune is not None and tuning.state != TuningState.PROMOTING:
+            wanted = tuning.spec_hash or trials.spec_hash(self.spec)
+            return self._start(tuning, wanted, live.retune, keep_overlay=True)
+        return self._result(tuning)
+
+    def _tuner(self, records: list[TrialRecord]) -> tuple[Tuner, MemoryStore]:
+        """The study's planner, rebuilt from its records; the serving configuration is its
+        'current' seed."""
+        store = MemoryStore(records)
+        spec = (
+            render.with_params(self.spec, self.ctx.previous.promoted.params)
+            if (self.ctx.previous and self.ctx.previous.promoted)
+            else self.spec
+        )
+        tuner = Tuner(
+            spec,
+            runtime=None,
+            measure=None,
+            platform=platform_for(self.spec),
+            model=render.model_path(self.spec),
+            served_name=render.served_name(self.owner, self.spec),
+            store=store,
+        )
+        return tuner, store
+
+    # -- trials --------------------------------------------------------------------------------
+
+    def _advance(self, tuning: TuningStatus) -> Result:
+        records = self._records(tuning.study)
+        tuning = trials.summarize(records, tuning)
+        current = tuning.current
+        self._delete_trial_objects(
+            keep=None if current is None or current.step == "CleaningUp" else current.number,
+            study=tuning.study,
+        )
+        if current is None:
+            return self._plan(tuning, records)
+        if current.step == "CleaningUp":
+            if self._trial_objects_left(tuning.study, current.number):
+                return self._result(tuning)
+            tuning.current = None
+            return self._result(tuning, progressed=True)
+        if current.step == "Launching":
+            return self._launching(tuning, current, records)
+        return self._measuring(tuning, current, records)
+
+    def _plan(self, tuning: TuningStatus, records: list[TrialRecord]) -> Result:
+        tuner, store = self._tuner(records)
+        planned = tuner.plan()
+        if store.added:  # configurations rejected by vLLM's rules: recorded, never launched
+            records = store.load()
+            self._save_records(tuning.study, records)
+            tuning = trials.summarize(records, tuning)
+        if isinstance(planned, Finished):
+            return self._finish(tuning, planned, records)
+        workload = self._workload()
+        if workload is None:
+            tuning.message = "waiting for live traffic to shape the trial workload"
+            return self._result(tuning)
+        tuned = render.with_params(self.spec, planned.params)
+        tuning.current = CurrentTrial(
+            number=planned.number,
+            phase=planned.phase,
+            label=planned.label,
+            params=planned.params,
+            seed=planned.seed,
+            of_trial=planned.of_trial,
+            step="Launching",
+            since=self.now,
+            started_at=self.now,
+            config_hash=render.config_hash(self.owner, tuned),
+        )
+        what = "re-measuring" if planned.phase == "finalist" else "trying"
+        tuning.message = f"trial {planned.number}: {what} {_describe(planned.params)}"
+        return self._result(tuning, progressed=True)
+
+    def _workload(self) -> models.WorkloadSpec | None:
+        workload = self.spec.tuning.workload
+        if workload.source == "Synthetic":
+            return workload
+        return self.ctx.live.workload
+
+    def _launching(
+        self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord]
+    ) -> Result:
+        if self.spec.tuning.strategy == "InPlace":
+            return self._launching_in_place(tuning, current, records)
+        name = render.child_name(self.owner, "trial", tuning.study, current.number)
+        pod = self.kube.get(Ref("v1", "Pod", self.owner.namespace, name))
+        if pod is None:
+            self.kube.apply(
+                render.render_trial_pod(
+                    self.owner, self.spec, current.params, tuning.study, current.number
+                )
+            )
+            current.pod = name
+            return self._result(tuning)
+        waited = (self.now - current.since).total_seconds()
+        state = trials.PodState.of(pod, startup_seconds=waited)
+        if state.phase == "Ready" and state.ip:
+            return self._start_load(tuning, current, f"http://{state.ip}:{DEFAULT_PORT}")
+        if state.phase == "Failed":
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(TrialState.FAILED, cause=state.detail, failure_kind=state.failure_kind),
+            )
+        if state.phase == "Blocked":
+            current.note = state.detail
+            if state.detail.startswith("Unschedulable"):
+                current.note += " (no room for a canary: strategy InPlace tunes without one)"
+                return self._result(tuning)
+        if waited > self.ctx.settings.startup_seconds:
+            cause = f"the engine was not ready after {waited:.0f} s"
+            if current.note:
+                cause += f" ({current.note})"
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(TrialState.FAILED, cause=cause, failure_kind="Timeout"),
+            )
+        return self._result(tuning)
+
+    def _launching_in_place(
+        self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord]
+    ) -> Result:
+        """The serving Deployment runs the trial (the overlay below); wait for its rollout."""
+        waited = (self.now - current.since).total_seconds()
+        pods = self._serving_pods(current.config_hash)
+        for pod in pods:
+            failure = _serving_failure(pod)
+            if failure:
+                return self._record(
+                    tuning,
+                    current,
+                    records,
+                    Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
+                )
+        if self.ctx.active_hash == current.config_hash and self.ctx.serving_ready:
+            ready = [p for p in pods if trials.PodState.of(p).phase == "Ready"]
+            if ready:
+                ip = trials.PodState.of(ready[0]).ip
+                return self._start_load(tuning, current, f"http://{ip}:{DEFAULT_PORT}")
+        if waited > self.ctx.settings.startup_seconds:
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(
+                    TrialState.FAILED,
+                    cause=f"the rollout was not ready after {waited:.0f} s",
+                    failure_kind="Timeout",
+                ),
+            )
+        return self._result(tuning)
+
+    def _start_load(self, tuning: TuningStatus, current: CurrentTrial, url: str) -> Result:
+        workload = self._workload()
+        if workload is None:
+            current.note = "waiting for live traffic to shape the trial workload"
+            return self._result(tuning)
+        job = render.render_load_job(
+            self.owner,
+            self.spec,
+            image=self.ctx.settings.load_image,
+            url=url,
+            workload=workload,
+            seed=current.seed,
+            study=tuning.study,
+            trial=current.number,
+        )
+        self.kube.apply(job)
+        current.job = job["metadata"]["name"]
+        current.step = "Measuring"
+        current.since = self.now
+        current.note = None
+        return self._result(tuning)
+
+    def _measuring(
+        self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord]
+    ) -> Result:
+        ns = self.owner.namespace
+        if self.spec.tuning.strategy == "Canary":
+            pod_name = render.child_name(self.owner, "trial", tuning.study, current.number)
+            engine = trials.PodState.of(self.kube.get(Ref("v1", "Pod", ns, pod_name)))
+            if engine.phase in ("Failed", "Gone"):
+                cause = "the engine stopped while it was measured"
+                if engine.detail:
+                    cause += f": {engine.detail}"
+                return self._record(
+                    tuning,
+                    current,
+                    records,
+                    Launch(
+                        TrialState.FAILED, cause=cause, failure_kind=engine.failure_kind or "Crash"
+                    ),
+                )
+        else:
+            for pod in self._serving_pods(current.config_hash):
+                failure = _serving_failure(pod)
+                if failure:
+                    return self._record(
+                        tuning,
+                        current,
+                        records,
+                        Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
+                    )
+        job_name = render.child_name(self.owner, "load", tuning.study, current.number)
+        job = self.kube.get(Ref("batch/v1", "Job", ns, job_name))
+        pods = self.kube.list("v1", "Pod", ns, {"job-name": job_name}) if job else []
+        load = trials.LoadState.of(job, pods)
+        if load.phase == "Gone":
+            current.step = "Launching"  # measured again, once the engine is (still) ready
+            return self._result(tuning, progressed=True)
+        if load.phase == "Failed":
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(TrialState.FAILED, cause=load.detail, failure_kind="LoadFailed"),
+            )
+        if load.phase == "Done":
+            if self.ctx.live.throttled:
+                # A throttled GPU measures slower than it serves: not trusted, measured again.
+                self.kube.delete(Ref("batch/v1", "Job", ns, job_name))
+                current.note = "measurement discarded: the GPUs were throttled"
+                self.events.append(
+                    Event(
+                        "Warning",
+                        "TrialDiscarded",
+                        f"Trial {current.number}: measurement discarded, the GPUs were throttled",
+                    )
+                )
+                return self._result(tuning)
+            return self._record(
+                tuning, current, records, Launch(TrialState.MEASURED, measurement=load.measurement)
+            )
+        return self._result(tuning)
+
+    def _record(
+        self,
+        tuning: TuningStatus,
+        current: CurrentTrial,
+        records: list[TrialRecord],
+        launch: Launch,
+    ) -> Result:
+        """Keeps the trial's record (once, whatever restarts happen) and cleans up after it."""
+        if not any(r.number == current.number for r in records):
+            tuner, _ = self._tuner(records)
+            planned = NextTrial(
+                number=current.number,
+                params=current.params,
+                seed=current.seed,
+                phase=current.phase,
+                label=current.label,
+                of_trial=current.of_trial,
+            )
+            seconds = (self.now - current.started_at).total_seconds()
+            record = tuner.outcome(planned, launch, seconds)
+            records = [*records, record]
+            self._save_records(tuning.study, records)
+            self.events.append(_trial_event(record))
+        tuning = trials.summarize(records, tuning)
+        current.step = "CleaningUp"
+        current.since = self.now
+        tuning.current = current
+        self._delete_trial_objects(keep=None, study=tuning.study)
+        return self._result(tuning, progressed=True)
+
+    # -- the end of a study ----------------------------------------------------------------
+
+    def _finish(
+        self, tuning: TuningStatus, finished: Finished, records: list[TrialRecord]
+    ) -> Result:
+        tuning.finished_at = self.now
+        winner = finished.winner
+        done = f"{tuning.trials_completed} trials ({finished.stopped_because})"
+        if winner is None:
+            tuning.state = TuningState.COMPLETED
+            tuning.message = f"no configuration met the SLO in {done}; serving is unchanged"
+            self.events.append(Event("Warning", "NoConfigurationMetSLO", tuning.message))
+            return self._result(tuning)
+        if self.spec.tuning.apply == "Recommend":
+            tuning.state = TuningState.RECOMMENDED
+            tuning.recommendation = trials.recommendation(self.spec, winner, self.now)
+            tuning.message = (
+                f"recommends trial {winner.number} ({_describe(winner.params)}) after {done}; "
+                "apply the patch in status.tuning.recommendation or set apply: Auto"
+            )
+            self.events.append(Event("Normal", "Recommended", tuning.message))
+            return self._result(tuning)
+        return self._promote(tuning, winner, done=done)
+
+    def _promote(self, tuning: TuningStatus, winner: TrialRecord, *, done: str = "") -> Result:
+        serving_now = render.config_hash(
+            self.owner, render.with_params(self.spec, _overlay(tuning))
+        )
+        target = render.config_hash(self.owner, render.with_params(self.spec, winner.params))
+        if target == serving_now:
+            tuning.state = TuningState.COMPLETED
+            tuning.message = (
+                f"the serving configuration is already the best (trial {winner.number})"
+                + (f" after {done}" if done else "")
+            )
+            return self._result(tuning)
+        tuning.last_good = tuning.promoted or TunedConfig(params={}, hash=serving_now, at=self.now)
+        tuning.promoted = TunedConfig(
+            params=winner.params, trial=winner.number, study=tuning.study, hash=target, at=self.now
+        )
+        tuning.state = TuningState.PROMOTING
+        tuning.verify_since = None
+        tuning.message = f"promoting trial {winner.number} ({_describe(winner.params)})"
+        self.events.append(Event("Normal", "Promoting", tuning.message.capitalize()))
+        return self._result(tuning, progressed=True)
+
+    def _verify(self, tuning: TuningStatus) -> Result:
+        """The promoted configuration must become ready, then hold the SLO over one window."""
+        promoted = tuning.promoted
+        if promoted is None or promoted.at is None:  # nothing to check (status edited by hand)
+            tuning.state = TuningState.COMPLETED
+            return self._result(tuning)
+        for pod in self._serving_pods(promoted.hash):
+            failure = _serving_failure(pod)
+            if failure:
+                return self._roll_back(tuning, f"its pods failed: {failure}")
+        waited = (self.now - promoted.at).total_seconds()
+        rolled = self.ctx.active_hash == promoted.hash and self.ctx.serving_ready
+        if not rolled:
+            if waited > self.ctx.settings.startup_seconds:
+                return self._roll_back(tuning, f"it was not ready after {waited:.0f} s")
+            return self._result(tuning)
+        if tuning.verify_since is None:
+            tuning.verify_since = self.now
+        window = timedelta(seconds=models.seconds(self.spec.slo.window if self.spec.slo else "5m"))
+        live = self.ctx.live
+        judged = (
+            live.slo_measured_at is not None
+            and live.slo_measured_at >= tuning.verify_since + window
+        )
+        if judged and live.slo_met is False:
+            return self._roll_back(tuning, f"it missed the SLO: {live.slo_detail}")
+        if judged or self.now >= tuning.verify_since + window:
+            verdict = (
+                "met the SLO on live traffic"
+                if judged and live.slo_met
+                else ("ready; the SLO had no live traffic to judge")
+            )
+            tuning.state = TuningState.COMPLETED
+            tuning.message = f"promoted trial {promoted.trial}: {verdict}"
+            self.events.append(Event("Normal", "Promoted", tuning.message.capitalize()))
+            return self._result(tuning)
+        tuning.message = f"promoted trial {promoted.trial} is ready; checking the SLO"
+        return self._result(tuning)
+
+    def _roll_back(self, tuning: TuningStatus, why: str) -> Result:
+        promoted = tuning.promoted or TunedConfig()
+        tuning.promoted = tuning.last_good if tuning.last_good and tuning.last_good.params else None
+        tuning.last_good = None
+        tuning.state = TuningState.ROLLED_BACK
+        tuning.message = (
+            f"rolled back: promoted trial {promoted.trial} ({_describe(promoted.params)}) "
+            f"failed its check, {why}"
+        )
+        self.events.append(Event("Warning", "RolledBack", tuning.message.capitalize()))
+        return self._result(tuning, progressed=True)
+
+    # -- objects ---------------------------------------------------------------------------
+
+    def _records(self, study: int) -> list[TrialRecord]:
+        name = render.child_name(self.owner, "trials")
+        config_map = self.kube.get(Ref("v1", "ConfigMap", self.owner.namespace, name))
+        data = (config_map or {}).get("data") or {}
+        if data.get("study") != str(study):
+            return []
+        return loads(data.get(render.RECORDS_KEY, ""))
+
+    def _save_records(self, study: int, records: list[TrialRecord]) -> None:
+        self.kube.apply(render.render_records(self.owner, study, dumps(records)))
+
+    def _trial_objects(self) -> list[tuple[Ref, dict[str, str]]]:
+        ns = self.owner.namespace
+        found: list[tuple[Ref, dict[str, str]]] = []
+        for api_version, kind, component in (
+            ("v1", "Pod", render.TRIAL_COMPONENT),
+            ("batch/v1", "Job", render.LOAD_COMPONENT),
+        ):
+            labels = {render.LABEL_OWNER: self.owner.name, render.LABEL_COMPONENT: component}
+            for obj in self.kube.list(api_version, kind, ns, labels):
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue
+                ref = Ref(api_version, kind, ns, obj["metadata"]["name"])
+                found.append((ref, obj["metadata"].get("labels") or {}))
+        return found
+
+    def _delete_trial_objects(self, *, keep: int | None, study: int | None = None) -> None:
+        """Deletes trial pods and load Jobs, except those of the trial `keep` of `study`."""
+        for ref, labels in self._trial_objects():
+            mine = (
+                keep is not None
+                and labels.get(render.LABEL_STUDY) == str(study)
+                and labels.get(render.LABEL_TRIAL) == str(keep)
+            )
+            if not mine:
+                self.kube.delete(ref)
+
+    def _trial_objects_left(self, study: int, trial: int) -> bool:
+        ns = self.owner.namespace
+        for api_version, kind, prefix in (("v1", "Pod", "trial"), ("batch/v1", "Job", "load")):
+            if self.kube.get(
+                Ref(api_version, kind, ns, render.child_name(self.owner, prefix, study, trial))
+            ):
+                return True
+        return False
+
+    def _serving_pods(self, config_hash: str) -> list[dict[str, Any]]:
+        labels = {
+            **render.selector_labels(self.owner),
+            render.LABEL_CONFIG_HASH: config_hash,
+        }
+        return self.kube.list("v1", "Pod", self.owner.namespace, labels)
+
+
+def _serving_failure(pod: dict[str, Any]) -> str | None:
+    """Why a serving pod of a new configuration is failing, if it is."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        now = (container.get("state") or {}).get("terminated") or {}
+        ended = now or last
+        if (
+            container.get("restartCount", 0) > 0
+            or ended
+            or waiting.get("reason") == "CrashLoopBackOff"
+        ):
+            state = trials.terminated_failure(ended) if ended else None
+            detail = state.detail if state else waiting.get("message", "")
+            restarts = container.get("restartCount", 0)
+            return f"{pod['metadata']['name']} restarted {restarts} times: {detail}"
+    return None
+
+
+def _describe(params: dict[str, Any]) -> str:
+    short = {
+        "max_num_batched_tokens": "batched",
+        "max_num_seqs": "seqs",
+        "block_size": "block",
+        "gpu_memory_utilization": "gmu",
+        "enable_prefix_caching": "prefix",
+        "kv_cache_dtype": "kv",
+    }
+    return (
+        " ".join(f"{short.get(k, k)}={v}" for k, v in sorted(params.items()))
+        or "the spec's settings"
+    )
+
+
+def _trial_event(record: TrialRecord) -> Event:
+    m = record.measurement
+    if m is None:
+        return Event(
+            "Warning" if record.state == TrialState.FAILED else "Normal",
+            f"Trial{record.state}",
+            f"Trial {record.number} ({_describe(record.params)}): {record.state}: "
+            + (record.cause or "")[:400],
+        )
+    figures = ", ".join(
+        f"{name} p-target {value * 1000:.0f} ms"
+        for name, value in m.slo_percentiles.items()
+        if value is not None
+    )
+    verdict = "meets the SLO" if record.feasible else "misses the SLO"
+    return Event(
+        "Normal",
+        "TrialMeasured",
+        f"Trial {record.number} ({_describe(record.params)}) {verdict}: {figures}, "
+        f"goodput {m.goodput:.2f} req/s",
+    )
+
+
+def step(ctx: Context) -> Result:
+    """One step of the LLMDeployment's study; see the module docstring."""
+    return Study(ctx).step()

@@ -1,0 +1,215 @@
+"""What the operator reads off trial pods and load Jobs, and what a study shows in status."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from slotune import render, trials
+from slotune.models import LLMDeploymentSpec, TuningStatus
+from slotune.tuner.records import Measurement, TrialRecord, TrialState
+
+OWNER = render.Owner(name="chat", namespace="llm", uid="u-1")
+
+
+def spec(**tuning: Any) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny"},
+            "resources": {"gpus": 0},
+            "slo": {"ttft": {"maxSeconds": 2.0}, "tpot": {"maxSeconds": 0.05}},
+            "tuning": {
+                "enabled": True,
+                "workload": {
+                    "source": "Synthetic",
+                    "promptTokens": {"mean": 512},
+                    "outputTokens": {"mean": 32},
+                    "requestRate": 2,
+                    "duration": "20s",
+                },
+                **tuning,
+            },
+        }
+    )
+
+
+def pod(status: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "chat-trial-1-0"}, "status": status}
+
+
+def test_a_ready_trial_pod_gives_its_ip() -> None:
+    state = trials.PodState.of(
+        pod(
+            {
+                "phase": "Running",
+                "podIP": "10.1.2.3",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "vllm", "state": {"running": {}}}],
+            }
+        )
+    )
+    assert (state.phase, state.ip) == ("Ready", "10.1.2.3")
+
+
+def test_a_crashed_trial_pod_is_classified_from_its_termination_message() -> None:
+    log = (
+        "INFO starting\n"
+        "ValueError: To serve at least one request with the models's max seq len (4096), "
+        "(0.50 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(0.10 GiB). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`"
+    )
+    terminated = {"exitCode": 1, "reason": "Error", "message": log}
+    state = trials.PodState.of(
+        pod({"phase": "Failed", "containerStatuses": [{"state": {"terminated": terminated}}]})
+    )
+    assert state.phase == "Failed"
+    assert state.failure_kind == "KVCacheTooSmall"
+    assert "KV cache" in state.detail
+
+
+def test_an_oom_killed_trial_pod_is_out_of_memory() -> None:
+    terminated = {"exitCode": 137, "reason": "OOMKilled", "message": ""}
+    state = trials.PodState.of(
+        pod({"phase": "Failed", "containerStatuses": [{"state": {"terminated": terminated}}]})
+    )
+    assert state.failure_kind == "OutOfMemory"
+
+
+def test_an_unschedulable_trial_pod_is_blocked_not_failed() -> None:
+    state = trials.PodState.of(
+        pod(
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                    }
+                ],
+            }
+        )
+    )
+    assert state.phase == "Blocked"
+    assert "Insufficient nvidia.com/gpu" in state.detail
+
+
+def test_an_image_pull_error_blocks_the_trial() -> None:
+    waiting = {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}
+    state = trials.PodState.of(
+        pod({"phase": "Pending", "containerStatuses": [{"state": {"waiting": waiting}}]})
+    )
+    assert state.phase == "Blocked"
+
+
+def test_a_pod_being_deleted_is_gone() -> None:
+    assert trials.PodState.of(None).phase == "Gone"
+    deleting = {"metadata": {"name": "x", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert trials.PodState.of(deleting).phase == "Gone"
+
+
+def job(conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "chat-load-1-0"}, "status": {"conditions": conditions or []}}
+
+
+def load_pod(exit_code: int, message: str) -> dict[str, Any]:
+    terminated = {"exitCode": exit_code, "message": message}
+    return {
+        "status": {"containerStatuses": [{"name": "load", "state": {"terminated": terminated}}]}
+    }
+
+
+def test_a_finished_load_job_hands_back_its_measurement() -> None:
+    measured = Measurement(slo_percentiles={"ttft": 0.4, "tpot": 0.03}, goodput=1.9, completed=40)
+    state = trials.LoadState.of(job(), [load_pod(0, measured.model_dump_json())])
+    assert state.phase == "Done"
+    assert state.measurement == measured
+
+
+def test_a_failed_load_job_says_why() -> None:
+    state = trials.LoadState.of(job(), [load_pod(1, "Traceback ...\nConnectionRefusedError")])
+    assert state.phase == "Failed"
+    assert "ConnectionRefusedError" in state.detail
+    deadline = [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": ""}]
+    assert trials.LoadState.of(job(deadline), []).phase == "Failed"
+    assert trials.LoadState.of(job(), []).phase == "Running"
+    assert trials.LoadState.of(None, []).phase == "Gone"
+
+
+def test_the_study_restarts_only_for_changes_that_change_what_it_measures() -> None:
+    base = spec()
+    assert trials.spec_hash(base) == trials.spec_hash(spec(apply="Recommend"))
+    assert trials.spec_hash(base) == trials.spec_hash(spec(retune={"after": "1m"}))
+    assert trials.spec_hash(base) != trials.spec_hash(spec(maxTrials=3))
+    other_slo = base.model_copy(update={"slo": spec().slo.model_copy(update={"window": "1m"})})  # type: ignore[union-attr]
+    assert trials.spec_hash(base) != trials.spec_hash(other_slo)
+
+
+def record(number: int, state: TrialState, feasible: bool, score: float) -> TrialRecord:
+    return TrialRecord(
+        number=number,
+        params={"max_num_batched_tokens": 256 * (number + 1), "max_num_seqs": 8},
+        state=state,
+        feasible=feasible,
+        score=score,
+        measurement=Measurement(goodput=score) if state == TrialState.MEASURED else None,
+    )
+
+
+def test_status_counts_trials_and_shows_the_best() -> None:
+    records = [
+        record(0, TrialState.MEASURED, False, 0.5),
+        record(1, TrialState.FAILED, False, 0.0),
+        record(2, TrialState.REJECTED, False, 0.0),
+        record(3, TrialState.MEASURED, True, 1.8),
+    ]
+    summary = trials.summarize(records, TuningStatus())
+    assert (summary.trials_completed, summary.trials_failed) == (3, 1)
+    assert summary.best is not None
+    assert summary.best.number == 3
+    assert [t.number for t in summary.trials] == [0, 1, 2, 3]
+
+
+def test_a_recommendation_carries_a_patch_of_the_spec() -> None:
+    winner = record(3, TrialState.MEASURED, True, 1.8)
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    recommended = trials.recommendation(spec(), winner, now)
+    patch = json.loads(recommended["patch"])
+    assert patch == {"spec": {"engine": {"args": {"maxNumBatchedTokens": 1024, "maxNumSeqs": 8}}}}
+    assert recommended["trial"] == 3
+
+
+def test_trial_pods_stay_outside_the_serving_service() -> None:
+    s = spec()
+    trial_pod = render.render_trial_pod(OWNER, s, {"max_num_batched_tokens": 256}, 1, 4)
+    selector = render.render_service(OWNER, s)["spec"]["selector"]
+    labels = trial_pod["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in selector.items())
+    assert trial_pod["spec"]["restartPolicy"] == "Never"
+    assert "--max-num-batched-tokens" in trial_pod["spec"]["containers"][0]["args"]
+    assert trial_pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_the_load_job_runs_the_operator_image_and_reports_through_its_termination_message() -> None:
+    s = spec()
+    job_obj = render.render_load_job(
+        OWNER,
+        s,
+        image="slotune/operator:1",
+        url="http://10.0.0.9:8000",
+        workload=s.tuning.workload,
+        seed=1,
+        study=1,
+        trial=4,
+    )
+    container = job_obj["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "slotune/operator:1"
+    assert container["command"] == ["slotune"]
+    assert (
+        container["args"][container["args"].index("--result-file") + 1]
+        == (container["terminationMessagePath"])
+    )
+    assert job_obj["spec"]["backoffLimit"] == 0
+    assert job_obj["metadata"]["name"] == "chat-load-1-4"
