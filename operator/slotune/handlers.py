@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from typing import Any, cast
 
 import kopf
 
-from slotune import models, render, tuning
+from slotune import models, opmetrics, render, tuning
 from slotune.kube import Kube, KubeError, Ref, load_api_client
 from slotune.reconcile import Monitor, Outcome, reconcile
 from slotune.watch import PrometheusMonitor
@@ -56,6 +57,10 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
     _kube(memo)
+    port = opmetrics.configured_port()
+    if port is not None:
+        opmetrics.serve(port)
+        logger.info("Serving the operator's metrics on port %d", port)
     logger.info("Started the slotune operator")
 
 
@@ -78,14 +83,21 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
         # A study may take several steps in a row (record a trial, clean up, plan the next);
         # each step reads the object afresh, so none computes from a replaced status.
         for _ in range(MAX_STEPS):
+            started, failed = time.monotonic(), True
             try:
                 fresh = kube.get(ref)
                 if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                    opmetrics.forget(meta["namespace"], meta["name"])
+                    failed = False
                     return outcome
                 now = _state["clock"]().replace(microsecond=0)
                 outcome = reconcile(fresh, kube, now, monitor=monitor, settings=_state["settings"])
+                failed = False
             except KubeError as exc:
                 raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=10) from exc
+            finally:
+                opmetrics.record_reconcile(time.monotonic() - started, error=failed)
+            opmetrics.observe(meta["namespace"], meta["name"], outcome.status, outcome.spec)
             _report(fresh, outcome, logger)
             if not outcome.progressed:
                 break
@@ -126,6 +138,14 @@ def reconcile_llm_deployment(body: kopf.Body, memo: Any, logger: KopfLogger, **_
 def resync(body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any) -> None:
     """Periodic level-based pass: refreshes status and repairs anything the watches missed."""
     _run(dict(body), memo, logger)
+
+
+@kopf.on.event(models.GROUP, models.VERSION, models.PLURAL)
+def on_llm_deployment_event(event: kopf.RawEvent, **_: Any) -> None:
+    """A deleted LLMDeployment's metrics go with it."""
+    if event.get("type") == "DELETED":
+        meta = event["object"]["metadata"]
+        opmetrics.forget(meta["namespace"], meta["name"])
 
 
 def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger) -> None:

@@ -40,6 +40,7 @@ class Outcome:
     status_written: bool = False
     invalid: str | None = None
     progressed: bool = False  # the study can take another step right away
+    spec: LLMDeploymentSpec | None = None  # as parsed, for the operator's metrics
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def reconcile(
         gpu=watch.gpu if watch else previous.gpu,
     )
     current = compute_status(observation, previous, now)
-    outcome = Outcome(status=current, events=transitions(previous, current))
+    outcome = Outcome(status=current, events=transitions(previous, current), spec=spec)
     if study is not None:
         outcome.events += study.events
         outcome.progressed = study.progressed

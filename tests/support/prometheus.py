@@ -1,7 +1,8 @@
 """A real Prometheus server for tests, from the Debian package (scripts/setup-prometheus.sh).
 
-It runs on a free 127.0.0.1 port with a generated config that scrapes static targets, and keeps
-its TSDB in the given work dir. Standard library only.
+It runs on a free 127.0.0.1 port with a generated config that scrapes static targets, the
+targets a file_sd file lists (support.kubelet writes one for the pods it runs), or both, and
+keeps its TSDB in the given work dir. Standard library only.
 
 Library use::
 
@@ -9,6 +10,9 @@ Library use::
     with PrometheusServer(prometheus_binary(), tmp_path, ["127.0.0.1:8000"]) as prom:
         prom.wait_for_target_up()
         urllib.request.urlopen(prom.url + "/api/v1/query?query=up")
+
+    with PrometheusServer(prometheus_binary(), tmp_path, file_sd=kubelet.file_sd) as prom:
+        prom.wait_for_target_up(targets=["127.0.0.2:8000"])
 """
 
 from __future__ import annotations
@@ -51,40 +55,58 @@ def prometheus_binary(*, install: bool = False) -> Path:
 
 
 def _config(
-    targets: Sequence[str], job: str, scrape_interval: str, metrics_path: str
+    targets: Sequence[str],
+    job: str,
+    scrape_interval: str,
+    metrics_path: str,
+    *,
+    file_sd: Path | None = None,
+    file_sd_refresh: str = "1s",
 ) -> dict[str, Any]:
     # JSON is YAML: no YAML library needed.
+    scrape: dict[str, Any] = {
+        "job_name": job,
+        "scrape_interval": scrape_interval,
+        "scrape_timeout": scrape_interval,
+        "metrics_path": metrics_path,
+    }
+    if targets or file_sd is None:
+        scrape["static_configs"] = [{"targets": list(targets)}]
+    if file_sd is not None:
+        # Prometheus also watches the file; the refresh interval is the fallback.
+        scrape["file_sd_configs"] = [{"files": [str(file_sd)], "refresh_interval": file_sd_refresh}]
     return {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-        "scrape_configs": [
-            {
-                "job_name": job,
-                "scrape_interval": scrape_interval,
-                "scrape_timeout": scrape_interval,
-                "metrics_path": metrics_path,
-                "static_configs": [{"targets": list(targets)}],
-            }
-        ],
+        "scrape_configs": [scrape],
     }
 
 
 class PrometheusServer:
-    """One Prometheus process scraping `targets` (`host:port`) every `scrape_interval`."""
+    """One Prometheus process scraping `targets` (`host:port`) and the targets the `file_sd`
+    file lists (Prometheus file-based discovery) every `scrape_interval`."""
 
     def __init__(
         self,
         binary: Path,
         work_dir: Path,
-        targets: Sequence[str],
+        targets: Sequence[str] = (),
         *,
         job: str = "vllm",
         scrape_interval: str = "1s",
         metrics_path: str = "/metrics",
         enable_lifecycle: bool = False,
+        config: dict[str, Any] | None = None,
+        file_sd: Path | None = None,
+        file_sd_refresh: str = "1s",
     ) -> None:
+        """`config` entries replace the generated ones (e.g. `scrape_configs` for several jobs,
+        `rule_files`); `targets` must then list every target its jobs scrape."""
         self.binary = Path(binary)
         self.work_dir = Path(work_dir)
         self.targets = list(targets)
+        self.file_sd = None if file_sd is None else Path(file_sd).resolve()
+        self.file_sd_refresh = file_sd_refresh
+        self.config = dict(config or {})
         self.job = job
         self.scrape_interval = scrape_interval
         self.metrics_path = metrics_path
@@ -102,11 +124,15 @@ class PrometheusServer:
     def start(self, timeout: float = 60) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "prometheus.yml"
-        config.write_text(
-            json.dumps(
-                _config(self.targets, self.job, self.scrape_interval, self.metrics_path), indent=2
-            )
+        generated = _config(
+            self.targets,
+            self.job,
+            self.scrape_interval,
+            self.metrics_path,
+            file_sd=self.file_sd,
+            file_sd_refresh=self.file_sd_refresh,
         )
+        config.write_text(json.dumps({**generated, **self.config}, indent=2))
         self.port = free_ports(1)[0]
         args = [
             str(self.binary),
@@ -161,14 +187,24 @@ class PrometheusServer:
             raise PrometheusError(f"{url} answered {body}")
         return body["data"]
 
-    def wait_for_target_up(self, timeout: float = 60) -> None:
-        """Until every target has been scraped successfully at least once."""
+    def wait_for_target_up(
+        self, timeout: float = 60, *, targets: Sequence[str] | None = None
+    ) -> None:
+        """Until every target has been scraped successfully at least once. By default the
+        static targets, and they must be all that is active; with `targets` (`host:port`), the
+        listed ones, whatever else file-based discovery found."""
 
         def all_up(status: int, body: bytes) -> bool:
             if status != 200:
                 return False
             active = json.loads(body)["data"]["activeTargets"]
-            return len(active) == len(self.targets) and all(t["health"] == "up" for t in active)
+            if targets is None:
+                return len(active) == len(self.targets) and all(t["health"] == "up" for t in active)
+            health: dict[str, set[str]] = {}
+            for target in active:
+                address = urllib.parse.urlsplit(target["scrapeUrl"]).netloc
+                health.setdefault(address, set()).add(target["health"])
+            return all(health.get(target) == {"up"} for target in targets)
 
         self._wait(timeout, "/api/v1/targets?state=active", all_up, what="targets up")
 
