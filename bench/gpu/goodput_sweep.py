@@ -9,8 +9,8 @@ target-rate figures of the two stand side by side.
 "vLLM's defaults" here means no tuned flag at all (only the spec's maxModelLen): the engine
 resolves its own defaults, as a user who sets nothing gets them. The best configuration is
 picked from the study's records as the tuner picks its winner (the best feasible screening
-trial whose re-measurement also held, scored by the worse of the two); with no feasible trial
-it is the one that came closest to the SLO, and says so.
+trial whose re-measurement also held, scored by the worse of the two); with none confirmed it
+is the trial whose screening run came closest to the SLO, and says so.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def pick_best(records: list[TrialRecord]) -> tuple[TrialRecord | None, str]:
     if not measured:
         return None, "no trial was measured"
     closest = min(measured, key=lambda r: max(r.constraints))
-    return closest, "no trial met the SLO; this one came closest"
+    return closest, "none confirmed; this one's screening run came closest to the SLO"
 
 
 def main() -> int:  # noqa: PLR0915 - one linear script: configurations x rates

@@ -11,7 +11,8 @@
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
-#   bench/gpu/on-device.sh sweep SECONDS    goodput sweep of vLLM's defaults and the study's best
+#   bench/gpu/on-device.sh sweep SECONDS [ARGS]  goodput sweep of vLLM's defaults and the
+#                                           study's best (ARGS go to goodput_sweep.py)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -20,7 +21,11 @@ site=/tmp/slotune-site
 study=/tmp/slotune-study
 OUT="${OUT:-/tmp/slotune-out}"
 mkdir -p "$OUT"
-export PYTHONPATH="$site:$root/operator" PYTHONUNBUFFERED=1
+# A frozen copy of slotune (git archive of a commit, carried in bench/gpu/.state/operator) runs
+# in place of the working tree's, so that edits in flight elsewhere in the tree stay out of a study.
+operator="$here/.state/operator"
+[[ -d "$operator/slotune" ]] || operator="$root/operator"
+export PYTHONPATH="$site:$operator" PYTHONUNBUFFERED=1
 # Multicast stays off (the device README); harmless on one GPU.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
@@ -69,13 +74,17 @@ tune)
   ;;
 sweep)
   seconds="${2:?sweep SECONDS}"
+  shift 2
+  # The study's records on this machine, or the carried ones on a fresh machine.
+  records="$study/trials.jsonl"
+  [[ -f "$records" ]] || records="$here/.state/trials.jsonl"
   python3 "$here/goodput_sweep.py" --spec "$here/h200-study.yaml" --model-dir "$here/llama-8b" \
-    --records "$study/trials.jsonl" --work /tmp/slotune-sweep --seconds "$seconds" \
-    --json "$OUT/goodput.json" 2>&1 | tee -a "$OUT/sweep.log"
+    --records "$records" --work /tmp/slotune-sweep --seconds "$seconds" \
+    --json "$OUT/goodput.json" "$@" 2>&1 | tee -a "$OUT/sweep.log"
   tar -czf "$OUT/sweep-engine-logs.tar.gz" -C /tmp/slotune-sweep . 2>/dev/null || true
   ;;
 *)
-  sed -n '2,16p' "$0"
+  sed -n '2,15p' "$0"
   exit 2
   ;;
 esac
