@@ -1,0 +1,493 @@
+"""The whole loop in a cluster: the operator tunes an LLMDeployment whose pods run the real
+vLLM CPU engine, measured by its load Jobs and watched through the real Prometheus.
+
+Real parts: upstream kube-apiserver, etcd and kube-controller-manager (its ReplicaSet, Job
+and garbage-collector controllers), the operator as its own process under the chart's RBAC,
+the vLLM CPU engine, the load generator, Prometheus. The test kubelet (support.kubelet) is the
+container runtime this environment lacks: it runs each pod's own command and arguments
+locally and reports the pod's status through the API. Prometheus discovers the pods from the
+file the kubelet writes, as kubernetes_sd would from the API.
+
+The workload is the README example's: 2048-token prompts at 1.5 requests/s with 32 output
+tokens, with an SLO for a chat that must stream smoothly: inter-token latency p99 <= 100 ms and
+TTFT p95 <= 5 s. vLLM's CPU defaults (2048 batched tokens, 128 sequences) prefill a whole
+prompt in one step while the running requests wait: ITL p99 measured 300-330 ms here. A
+budget of 160 tokens with 8 sequences spreads the prefill over many steps: ITL p99 43-48 ms,
+for TTFT p95 1.2-2.1 s. (TPOT p95, a per-request mean, does not tell them apart reliably at
+this rate: 35-83 ms for the defaults across arrival orders.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slotune import loadgen
+from slotune.tuner.records import loads
+from support.cluster import Cluster, OperatorProcess, wait_for
+from support.engine import TINY_MODEL, vllm_python
+from support.kubelet import Kubelet, Pod, operator_commands
+from support.prometheus import PrometheusServer, prometheus_binary
+
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
+NAMESPACE = "tuning"
+ENGINE_START = 400.0  # a vLLM CPU start takes 45-115 s alone, longer beside a measurement
+TRIAL = 420.0  # start + warm-up + 30 s measured + drain
+SLO = {
+    "ttft": {"percentile": 95, "maxSeconds": 5.0},
+    "itl": {"percentile": 99, "maxSeconds": 0.1},
+    "window": "30s",
+}
+WORKLOAD = {
+    "source": "Synthetic",
+    "promptTokens": {"mean": 2048, "spread": 0.1},
+    "outputTokens": {"mean": 32},
+    "requestRate": 1.5,
+    "duration": "30s",
+}
+DEFAULTS = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 128, "blockSize": 128}
+GOOD = {"max_num_batched_tokens": 160, "max_num_seqs": 8}
+
+
+def tiny(name: str, *, tuning: dict[str, Any], replicas: int = 1, **spec: Any) -> dict[str, Any]:
+    """An LLMDeployment of the tiny Llama-shaped model on the CPU engine."""
+    return {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "model": {
+                "name": str(TINY_MODEL),
+                "servedName": name,
+                "source": {"randomWeights": {}},
+            },
+            "engine": {
+                "image": "vllm/vllm-openai:v0.32.0",
+                "attentionBackend": "CPU_ATTN",
+                "args": {"maxModelLen": 4096, **DEFAULTS},
+                "extraArgs": ["--skip-tokenizer-init"],
+                "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
+            },
+            "resources": {"gpus": 0},
+            "replicas": replicas,
+            "slo": SLO,
+            "tuning": tuning,
+            **spec,
+        },
+    }
+
+
+def space(*batched: int, seqs: tuple[int, ...] = (128, 8)) -> dict[str, Any]:
+    return {
+        "maxNumBatchedTokens": {"values": list(batched)},
+        "maxNumSeqs": {"values": list(seqs)},
+        "blockSize": {"values": [128]},
+        "enablePrefixCaching": [True],
+        "kvCacheDtype": ["auto"],
+    }
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kubelet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubelet]:
+    node = Kubelet(
+        cluster.kubeconfig, tmp_path_factory.mktemp("kubelet"), operator_commands(vllm_python())
+    )
+    with node:
+        cluster.kubectl("create", "namespace", NAMESPACE)
+        yield node
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def prometheus(kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    server = PrometheusServer(
+        prometheus_binary(install=True),
+        tmp_path_factory.mktemp("prometheus"),
+        file_sd=kubelet.file_sd,
+        job="pods",
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tuning_operator(
+    kubelet: Kubelet,
+    prometheus: PrometheusServer,
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(
+        operator_kubeconfig,
+        tmp_path_factory.mktemp("logs") / "tuning-operator.log",
+        env={
+            "SLOTUNE_PROMETHEUS_URL": prometheus.url,
+            "SLOTUNE_IMAGE": "slotune/operator:test",
+            "SLOTUNE_TRIAL_STARTUP_SECONDS": str(ENGINE_START),
+        },
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def llmd(cluster: Cluster, name: str) -> dict[str, Any]:
+    obj = cluster.get("llmd", name, NAMESPACE)
+    assert obj is not None
+    return obj
+
+
+def tuning_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    return (llmd(cluster, name).get("status") or {}).get("tuning") or {}
+
+
+def slo_judged(obj: dict[str, Any], met: str, requests: int = 20) -> bool:
+    """SLOMet is `met`, judged from at least `requests` requests in the window."""
+    targets = ((obj.get("status") or {}).get("slo") or {}).get("targets") or []
+    ttft = next((t for t in targets if t["name"] == "ttft"), {})
+    return condition(obj, "SLOMet").get("status") == met and ttft.get("requests", 0) >= requests
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    found = [c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_]
+    return found[0] if found else {}
+
+
+def template_hash(cluster: Cluster, name: str) -> str:
+    deployment = cluster.get("deployment", name, NAMESPACE)
+    assert deployment is not None
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels["slotune.dev/config-hash"]
+
+
+def serving_pod(cluster: Cluster, kubelet: Kubelet, name: str) -> tuple[str, str] | None:
+    """(pod name, IP) of a ready serving pod of the LLMDeployment, if there is one."""
+    pods = json.loads(
+        cluster.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-o", "json",
+            "-l", f"app.kubernetes.io/instance={name},app.kubernetes.io/component=serving",
+        ).stdout
+    )["items"]  # fmt: skip
+    for pod in pods:
+        ready = [c for c in pod["status"].get("conditions", []) if c["type"] == "Ready"]
+        if ready and ready[0]["status"] == "True" and not pod["metadata"].get("deletionTimestamp"):
+            return pod["metadata"]["name"], pod["status"]["podIP"]
+    return None
+
+
+def trial_objects(cluster: Cluster, name: str) -> list[str]:
+    found = []
+    for kind, component in (("pods", "trial"), ("jobs", "load")):
+        out = cluster.kubectl(
+            "get", kind, "-n", NAMESPACE, "-o", "name",
+            "-l", f"slotune.dev/llmdeployment={name},app.kubernetes.io/component={component}",
+        ).stdout.split()  # fmt: skip
+        found += out
+    return found
+
+
+def records(cluster: Cluster, name: str) -> list[Any]:
+    config_map = cluster.get("configmap", f"{name}-trials", NAMESPACE)
+    assert config_map is not None
+    return loads(config_map["data"]["trials.jsonl"])
+
+
+class Traffic:
+    """Users: the workload's Poisson stream sent to a serving pod, in the background."""
+
+    def __init__(self, ip: str, served: str, seconds: float, seed: int) -> None:
+        workload = loadgen.Workload(
+            num_requests=round(1.5 * seconds),
+            seed=seed,
+            rate=1.5,
+            prompt_tokens=2048,
+            prompt_spread=0.1,
+            output_tokens=32,
+        )
+        self.results: list[loadgen.RequestResult] = []
+        self.thread = threading.Thread(
+            target=lambda: self.results.extend(
+                asyncio.run(loadgen.run_workload(f"http://{ip}:8000", served, workload))
+            ),
+            daemon=True,
+        )
+        self.thread.start()
+
+    def wait(self) -> None:
+        self.thread.join(timeout=600)
+
+
+def explain(cluster: Cluster, kubelet: Kubelet, operator: OperatorProcess) -> str:
+    events = cluster.kubectl(
+        "get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp", check=False
+    ).stdout
+    return (
+        f"\n--- events\n{events}\n--- operator log (tail)\n{operator.log()[-6000:]}"
+        f"\n--- containers\n{kubelet.log_tails()}"
+    )
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+def test_holds_still_while_prometheus_is_unreachable(
+    cluster: Cluster, kubelet: Kubelet, prometheus: PrometheusServer, tuning_operator: Any
+) -> None:
+    """Nothing is launched or decided on a blind spot; once Prometheus answers, it goes on."""
+    obj = tiny(
+        "held",
+        replicas=0,
+        tuning={"enabled": True, "maxTrials": 1, "searchSpace": space(160, seqs=(8,)),
+                "workload": WORKLOAD},
+        monitoring={"prometheusURL": "http://127.0.0.1:9"},  # nothing listens there
+    )  # fmt: skip
+    assert cluster.apply(obj).returncode == 0
+    wait_for(
+        "MetricsAvailable=False and Tuning held",
+        lambda: (
+            condition(o := llmd(cluster, "held"), "MetricsAvailable").get("status") == "False"
+            and condition(o, "Tuning").get("reason") == "Held"
+        ),
+    )
+    time.sleep(8)  # several resyncs: still nothing may happen
+    assert trial_objects(cluster, "held") == []
+    assert cluster.get("configmap", "held-trials", NAMESPACE) is None
+    message = condition(llmd(cluster, "held"), "MetricsAvailable")["message"]
+    assert "127.0.0.1:9" in message
+
+    patch = {"spec": {"monitoring": {"prometheusURL": prometheus.url}}}
+    cluster.kubectl(
+        "patch", "llmd", "held", "-n", NAMESPACE, "--type=merge", "-p", json.dumps(patch)
+    )
+    wait_for(
+        "the study to start once Prometheus answers",
+        lambda: tuning_of(cluster, "held").get("current") is not None,
+    )
+    assert condition(llmd(cluster, "held"), "MetricsAvailable")["status"] == "True"
+    cluster.kubectl("delete", "llmd", "held", "-n", NAMESPACE)
+    wait_for("the trial pod to go with its owner", lambda: not trial_objects(cluster, "held"), 60)
+
+
+def test_tunes_promotes_and_survives_restarts_at_every_step(
+    cluster: Cluster, kubelet: Kubelet, prometheus: PrometheusServer, tuning_operator: Any
+) -> None:
+    """The deployment starts on vLLM's CPU defaults, which miss the SLO on live traffic (as
+    Prometheus shows); the study measures the defaults, finds a configuration that meets it,
+    re-measures it and promotes it; the operator is SIGKILLed at each step of a trial on the
+    way, and no trial is lost, repeated or left behind."""
+    operator: OperatorProcess = tuning_operator
+    tuning = {"enabled": False, "maxTrials": 4, "seed": 0, "searchSpace": space(2048, 160),
+              "workload": WORKLOAD}  # fmt: skip
+    assert cluster.apply(tiny("chat", tuning=tuning)).returncode == 0
+    try:
+        ip = wait_for(
+            "the serving pod to be ready", lambda: serving_pod(cluster, kubelet, "chat"),
+            ENGINE_START,
+        )[1]  # fmt: skip
+        before = template_hash(cluster, "chat")
+
+        # Users on the defaults: Prometheus shows the SLO missed.
+        traffic = Traffic(ip, "chat", 45, seed=11)
+        missed = wait_for(
+            "SLOMet=False from Prometheus on the defaults",
+            lambda: slo_judged(o := llmd(cluster, "chat"), "False") and o,
+            120,
+        )
+        traffic.wait()
+        print("Live SLO on the defaults:", condition(missed, "SLOMet")["message"])
+
+        # The on-call engineer turns tuning on.
+        patch = {"spec": {"tuning": {"enabled": True}}}
+        cluster.kubectl(
+            "patch", "llmd", "chat", "-n", NAMESPACE, "--type=merge", "-p", json.dumps(patch)
+        )
+        killed = kill_at_each_step(cluster, operator, "chat")
+        done = wait_for(
+            "the study to promote and verify a configuration",
+            lambda: (
+                tuning_of(cluster, "chat").get("state") in ("Completed", "RolledBack")
+                and tuning_of(cluster, "chat")
+            ),
+            4 * TRIAL,
+            interval=2,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}{explain(cluster, kubelet, operator)}") from None
+    print("Operator killed at:", killed)
+    assert done["state"] == "Completed", done.get("message")
+    assert {"Launching", "Measuring", "Promoting"} <= {step for step, _ in killed}
+
+    kept = records(cluster, "chat")
+    assert [r.number for r in kept] == list(range(len(kept))), "a trial was lost or repeated"
+    assert [(r.params["max_num_batched_tokens"], r.phase) for r in kept] == [
+        (2048, "screen"), (160, "screen"), (160, "finalist"),
+    ]  # fmt: skip
+    defaults, good, again = kept
+    assert not defaults.feasible, defaults.measurement
+    assert good.feasible, good.measurement
+    assert again.feasible, again.measurement
+    assert done["promoted"]["params"] == {**good.params}
+    assert done["promoted"]["trial"] == 1
+    assert done["trialsCompleted"] == 3
+
+    # Promoted: the serving Deployment runs the winner; no trial object is left.
+    after = template_hash(cluster, "chat")
+    assert after != before
+    args = cluster.get("deployment", "chat", NAMESPACE)["spec"]["template"]["spec"][  # type: ignore[index]
+        "containers"
+    ][0]["args"]
+    assert args[args.index("--max-num-batched-tokens") + 1] == "160"
+    wait_for("trial pods and load Jobs to be gone", lambda: not trial_objects(cluster, "chat"), 60)
+
+    # Users on the promoted configuration: Prometheus shows the SLO met.
+    _, ip = wait_for("the promoted pod", lambda: serving_pod(cluster, kubelet, "chat"), 60)
+    traffic = Traffic(ip, "chat", 45, seed=12)
+    met = wait_for(
+        "SLOMet=True from Prometheus on the promoted configuration",
+        lambda: slo_judged(o := llmd(cluster, "chat"), "True") and o,
+        120,
+    )
+    traffic.wait()
+    print("Live SLO after promotion:", condition(met, "SLOMet")["message"])
+    table = cluster.kubectl("get", "llmd", "-n", NAMESPACE).stdout
+    print(table)
+    row = next(line for line in table.splitlines() if line.startswith("chat"))
+    assert "Ready" in row
+    assert "3/4" in row
+
+    # The operator wrote status only: never spec (GitOps tools would see drift).
+    managed = json.loads(
+        cluster.kubectl(
+            "get", "llmd", "chat", "-n", NAMESPACE, "-o", "json", "--show-managed-fields"
+        ).stdout
+    )["metadata"]["managedFields"]
+    for entry in managed:
+        if entry["manager"] == "slotune":
+            assert entry.get("subresource") == "status" or "f:spec" not in entry["fieldsV1"], entry
+    cluster.kubectl("delete", "llmd", "chat", "-n", NAMESPACE)
+
+
+def kill_at_each_step(
+    cluster: Cluster, operator: OperatorProcess, name: str
+) -> list[tuple[str, int | None]]:
+    """SIGKILLs the operator the first time the study is seen at each step of each trial
+    (and while promoting), then starts it again; returns where it was killed."""
+    killed: list[tuple[str, int | None]] = []
+    seen: set[tuple[str, int | None]] = set()
+    deadline = time.monotonic() + 4 * TRIAL
+    while time.monotonic() < deadline:
+        status = tuning_of(cluster, name)
+        state = status.get("state")
+        if state in ("Completed", "RolledBack", "Recommended"):
+            break
+        current = status.get("current") or {}
+        where = (
+            ("Promoting", None)
+            if state == "Promoting"
+            else (current.get("step"), current.get("number"))
+        )
+        if where[0] and where not in seen:
+            seen.add(where)
+            operator.kill()
+            killed.append(where)
+            operator.start()
+        time.sleep(0.3)
+    return killed
+
+
+def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violation(
+    cluster: Cluster, kubelet: Kubelet, prometheus: PrometheusServer, tuning_operator: Any
+) -> None:
+    """apply: Recommend writes only status. Switched to Auto, the recommendation is promoted;
+    its pods fail on the serving node, so it is rolled back with the old pod serving all along.
+    Then live traffic violates the SLO for longer than retune.after: a new study starts."""
+    operator: OperatorProcess = tuning_operator
+    tuning = {
+        "enabled": True, "apply": "Recommend", "maxTrials": 1,
+        "searchSpace": space(160, seqs=(8,)), "workload": WORKLOAD,
+        "retune": {"onSloViolation": True, "after": "20s", "cooldown": "0s"},
+    }  # fmt: skip
+
+    def tuned_serving_pod(pod: Pod) -> bool:
+        labels = pod["metadata"].get("labels", {})
+        args = pod["spec"]["containers"][0].get("args", [])
+        return (
+            labels.get("app.kubernetes.io/instance") == "guarded"
+            and labels.get("app.kubernetes.io/component") == "serving"
+            and args[args.index("--max-num-batched-tokens") + 1] == "160"
+        )
+
+    kubelet.fail_pods(tuned_serving_pod, "CUDA error: out of memory (injected on this node)")
+    assert cluster.apply(tiny("guarded", tuning=tuning)).returncode == 0
+    try:
+        wait_for("the serving pod", lambda: serving_pod(cluster, kubelet, "guarded"), ENGINE_START)
+        before = template_hash(cluster, "guarded")
+        recommended = wait_for(
+            "a recommendation",
+            lambda: (
+                tuning_of(cluster, "guarded").get("state") == "Recommended"
+                and tuning_of(cluster, "guarded")
+            ),
+            TRIAL,
+            interval=2,
+        )
+        assert template_hash(cluster, "guarded") == before  # Recommend changes nothing
+        patch = json.loads(recommended["recommendation"]["patch"])
+        assert patch["spec"]["engine"]["args"]["maxNumBatchedTokens"] == 160
+
+        cluster.kubectl(
+            "patch", "llmd", "guarded", "-n", NAMESPACE, "--type=merge",
+            "-p", json.dumps({"spec": {"tuning": {"apply": "Auto"}}}),
+        )  # fmt: skip
+        lowest_ready = 1
+        deadline = time.monotonic() + ENGINE_START
+        while time.monotonic() < deadline:
+            deployment = cluster.get("deployment", "guarded", NAMESPACE) or {}
+            lowest_ready = min(
+                lowest_ready, (deployment.get("status") or {}).get("readyReplicas", 0)
+            )
+            if tuning_of(cluster, "guarded").get("state") == "RolledBack":
+                break
+            time.sleep(0.5)
+        rolled = tuning_of(cluster, "guarded")
+        assert rolled.get("state") == "RolledBack", rolled
+        assert "injected" in rolled["message"]
+        assert lowest_ready >= 1, "serving capacity was lost during the failed promotion"
+        wait_for("the old configuration back", lambda: template_hash(cluster, "guarded") == before)
+        reasons = cluster.kubectl(
+            "get", "events", "-n", NAMESPACE, "--field-selector=involvedObject.name=guarded",
+            "-o", "jsonpath={.items[*].reason}",
+        ).stdout.split()  # fmt: skip
+        assert "Recommended" in reasons
+        assert "RolledBack" in reasons
+        kubelet.clear_faults()
+
+        # Users on the old configuration miss the SLO; 20 s later a new study starts.
+        _, ip = wait_for("a ready pod", lambda: serving_pod(cluster, kubelet, "guarded"), 60)
+        traffic = Traffic(ip, "guarded", 60, seed=13)
+        wait_for(
+            "a re-tune after the sustained violation",
+            lambda: tuning_of(cluster, "guarded").get("study", 0) >= 2,
+            90,
+        )
+        traffic.wait()
+    except AssertionError as error:
+        raise AssertionError(f"{error}{explain(cluster, kubelet, operator)}") from None
+    retuned = tuning_of(cluster, "guarded")
+    print("Re-tune:", retuned.get("reason"))
+    assert "SLO" in (retuned.get("reason") or "")
+    cluster.kubectl("delete", "llmd", "guarded", "-n", NAMESPACE)

@@ -1,0 +1,299 @@
+"""The cluster study's bookkeeping under operator crashes at every possible point.
+
+`reconcile` runs against an in-memory stand-in for the API server, with a scripted stand-in for
+the kubelet, the Job controller and the load Job (trial pods become ready, load Jobs finish
+with a measurement that depends on the configuration). The operator is "killed" right before
+its N-th write to the API, for every N a whole study makes; a fresh reconcile then carries on
+from what the API holds. Every run must end exactly like the run without a crash: the same
+trial records (none lost, none repeated), the same promotion, and no trial object left.
+
+The real API server, kubelet and engine play these parts in
+tests/integration/test_tuning_in_cluster.py; this test reaches the points between two writes
+that killing a real process cannot aim at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from slotune import render
+from slotune.kube import Ref
+from slotune.reconcile import Monitor, Watch, reconcile
+from slotune.tuner.records import Measurement, loads
+from slotune.tuning import Live
+
+NAMESPACE = "llm"
+NAME = "chat"
+UID = "uid-1"
+
+
+class Crash(Exception):  # noqa: N818 - the operator process dying, not an error
+    pass
+
+
+class MemoryApi:
+    """Objects by (apiVersion, kind, namespace, name); every write may be the last one."""
+
+    def __init__(self, crash_before_write: int | None = None) -> None:
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.writes = 0
+        self.crash_before_write = crash_before_write
+
+    def _write(self) -> None:
+        self.writes += 1
+        if self.writes == self.crash_before_write:
+            raise Crash
+
+    @staticmethod
+    def _key(ref: Ref) -> tuple[str, str, str, str]:
+        return (ref.api_version, ref.kind, ref.namespace, ref.name)
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        found = self.objects.get(self._key(ref))
+        return copy.deepcopy(found) if found is not None else None
+
+    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        self._write()
+        key = self._key(Ref.of(obj))
+        existing = self.objects.get(key)
+        if subresource == "status":
+            assert existing is not None
+            existing["status"] = copy.deepcopy(obj["status"])
+            return copy.deepcopy(existing)
+        new = copy.deepcopy(obj)
+        new["metadata"].setdefault("uid", f"uid-{len(self.objects)}")
+        generation = 1
+        if existing is not None:
+            new["status"] = existing.get("status", {})
+            generation = existing["metadata"]["generation"]
+            if existing.get("spec") != new.get("spec"):
+                generation += 1
+        new["metadata"]["generation"] = generation
+        self.objects[key] = new
+        return copy.deepcopy(new)
+
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "apiVersion": "slotune.dev/v1alpha1",
+            "kind": "LLMDeployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        }
+        return self.apply(body, subresource="status")
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, labels: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(obj)
+            for (v, k, ns, _), obj in self.objects.items()
+            if (v, k, ns) == (api_version, kind, namespace)
+            and all(obj["metadata"].get("labels", {}).get(a) == b for a, b in labels.items())
+        ]
+
+    def delete(self, ref: Ref) -> bool:
+        self._write()
+        return self.objects.pop(self._key(ref), None) is not None
+
+    def has_api(self, group_version: str, plural: str) -> bool:
+        return False
+
+
+def measured(params: dict[str, Any]) -> Measurement:
+    """Small chunked-prefill budgets meet the ITL target; the defaults do not."""
+    itl = 0.04 if params.get("max_num_batched_tokens", 2048) <= 512 else 0.3
+    return Measurement(slo_percentiles={"ttft": 1.0, "itl": itl}, goodput=1.5, completed=45)
+
+
+def world_step(api: MemoryApi) -> None:
+    """What the kubelet, the ReplicaSet and Job controllers and the load Job do meanwhile."""
+    for (_, kind, ns, name), obj in list(api.objects.items()):
+        labels = obj["metadata"].get("labels", {})
+        if kind == "Pod" and labels.get(render.LABEL_COMPONENT) == render.TRIAL_COMPONENT:
+            obj["status"] = {
+                "phase": "Running",
+                "podIP": "10.0.0.7",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "vllm", "state": {"running": {}}}],
+            }
+        elif kind == "Job":
+            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
+            trial = labels[render.LABEL_TRIAL]
+            pod = api.list("v1", "Pod", ns, {render.LABEL_OWNER: NAME,
+                                              render.LABEL_COMPONENT: render.TRIAL_COMPONENT,
+                                              render.LABEL_TRIAL: trial})  # fmt: skip
+            if not pod:  # strategy InPlace: the serving pod runs the trial
+                pod = api.list("v1", "Pod", ns, {render.LABEL_COMPONENT: "serving"})
+            if not pod:
+                continue  # its engine is gone: the operator is cleaning up after the trial
+            pod_args = pod[0]["spec"]["containers"][0]["args"]
+            params = {
+                "max_num_batched_tokens": int(
+                    pod_args[pod_args.index("--max-num-batched-tokens") + 1]
+                )
+            }
+            assert "--url" in args
+            message = measured(params).model_dump_json()
+            api.objects[("v1", "Pod", ns, f"{name}-pod")] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-pod", "namespace": ns, "labels": {"job-name": name}},
+                "status": {"containerStatuses": [
+                    {"name": "load", "state": {"terminated": {"exitCode": 0, "message": message}}}
+                ]},
+            }  # fmt: skip
+        elif kind == "Deployment":
+            serve_template(api, obj)
+            replicas = obj["spec"]["replicas"]
+            obj["status"] = {
+                "observedGeneration": obj["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+            }
+    # Job pods go with their Job (the garbage collector).
+    jobs = {name for (_, kind, _, name) in api.objects if kind == "Job"}
+    for key, obj in list(api.objects.items()):
+        job = obj["metadata"].get("labels", {}).get("job-name")
+        if key[1] == "Pod" and job is not None and job not in jobs:
+            del api.objects[key]
+
+
+def serve_template(api: MemoryApi, obj: dict[str, Any]) -> None:
+    """One ready pod runs the Deployment's current template; pods of older ones are gone."""
+    template = obj["spec"]["template"]
+    labels = template["metadata"]["labels"]
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    wanted = f"{name}-{labels[render.LABEL_CONFIG_HASH]}"
+    for key in [k for k in api.objects if k[1] == "Pod" and k[3].startswith(f"{name}-")]:
+        pod_labels = api.objects[key]["metadata"].get("labels", {})
+        if pod_labels.get(render.LABEL_COMPONENT) == "serving" and key[3] != wanted:
+            del api.objects[key]
+    api.objects[("v1", "Pod", ns, wanted)] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": wanted, "namespace": ns, "labels": dict(labels)},
+        "spec": copy.deepcopy(template["spec"]),
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.9",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "vllm", "restartCount": 0, "state": {"running": {}}}],
+        },
+    }
+
+
+def deployment(apply: str = "Auto", strategy: str = "Canary") -> dict[str, Any]:
+    return {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID, "generation": 1},
+        "spec": {
+            "model": {"name": "/models/tiny", "servedName": NAME, "source": {"randomWeights": {}}},
+            "engine": {"image": "vllm/vllm-openai:v0.32.0", "attentionBackend": "CPU_ATTN",
+                       "args": {"maxModelLen": 4096, "maxNumBatchedTokens": 2048,
+                                "maxNumSeqs": 128, "blockSize": 128}},
+            "resources": {"gpus": 0},
+            "slo": {"ttft": {"maxSeconds": 5}, "itl": {"percentile": 99, "maxSeconds": 0.1}},
+            "tuning": {
+                "enabled": True, "apply": apply, "strategy": strategy, "maxTrials": 4, "seed": 0,
+                "searchSpace": {"maxNumBatchedTokens": {"values": [2048, 160]},
+                                "maxNumSeqs": {"values": [128, 8]}, "blockSize": {"values": [128]},
+                                "enablePrefixCaching": [True], "kvCacheDtype": ["auto"]},
+                "workload": {"source": "Synthetic", "promptTokens": {"mean": 2048},
+                             "outputTokens": {"mean": 32}, "requestRate": 1.5, "duration": "30s"},
+            },
+        },
+    }  # fmt: skip
+
+
+def run_study(
+    api: MemoryApi,
+    strategy: str = "Canary",
+    max_passes: int = 400,
+    monitor: Monitor | None = None,
+    events: list[str] | None = None,
+) -> dict[str, Any]:
+    """Reconciles until the study is over; a Crash aborts one pass, like a killed operator."""
+    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", NAMESPACE, NAME)
+    api.objects[MemoryApi._key(ref)] = deployment(strategy=strategy)
+    now = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    for _ in range(max_passes):
+        now += timedelta(seconds=40)
+        with contextlib.suppress(Crash):  # the operator died; a new one runs the next pass
+            done = reconcile(api.get(ref) or {}, api, now, monitor=monitor)  # type: ignore[arg-type]
+            if events is not None:
+                events += [event.reason for event in done.events]
+        world_step(api)
+        tuning: dict[str, Any] = (api.get(ref) or {}).get("status", {}).get("tuning", {})
+        if tuning.get("state") in ("Completed", "Recommended", "RolledBack"):
+            return tuning
+    raise AssertionError(f"the study did not end: {tuning}")
+
+
+def outcome(api: MemoryApi, tuning: dict[str, Any]) -> tuple[Any, ...]:
+    config_map = api.get(Ref("v1", "ConfigMap", NAMESPACE, f"{NAME}-trials"))
+    assert config_map is not None
+    kept = [(r.number, r.phase, r.params["max_num_batched_tokens"], r.feasible)
+            for r in loads(config_map["data"]["trials.jsonl"])]  # fmt: skip
+    leftovers = [key for key in api.objects if key[1] in ("Job",) or (
+        key[1] == "Pod" and "trial" in key[3])]  # fmt: skip
+    promoted = (tuning.get("promoted") or {}).get("params")
+    return kept, tuning["state"], promoted, leftovers
+
+
+def clean_run(strategy: str) -> tuple[tuple[Any, ...], int]:
+    api = MemoryApi()
+    tuning = run_study(api, strategy)
+    return outcome(api, tuning), api.writes
+
+
+@pytest.mark.parametrize("strategy", ["Canary", "InPlace"])
+def test_the_study_without_a_crash(strategy: str) -> None:
+    (kept, state, promoted, leftovers), _ = clean_run(strategy)
+    assert kept == [
+        (0, "screen", 2048, False),
+        (1, "screen", 160, True),
+        (2, "finalist", 160, True),
+    ]
+    assert state == "Completed"
+    assert promoted is not None
+    assert promoted["max_num_batched_tokens"] == 160
+    assert leftovers == []
+
+
+CLEAN = {strategy: clean_run(strategy) for strategy in ("Canary", "InPlace")}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "crash_before_write"),
+    [(strategy, n) for strategy, (_, writes) in CLEAN.items() for n in range(1, writes + 1)],
+)
+def test_a_crash_before_any_write_changes_nothing_in_the_end(
+    strategy: str, crash_before_write: int
+) -> None:
+    api = MemoryApi(crash_before_write)
+    tuning = run_study(api, strategy)
+    assert outcome(api, tuning) == CLEAN[strategy][0]
+
+
+def test_a_measurement_taken_while_the_gpus_were_throttled_is_taken_again() -> None:
+    """Throttled GPUs serve slower than they will: the trial measured meanwhile is discarded
+    and measured again once the clocks are back; the study ends as it would have."""
+    passes = {"n": 0}
+
+    def throttled_at_first(*_: Any) -> Watch:
+        passes["n"] += 1
+        return Watch(live=Live(throttled=passes["n"] <= 8))
+
+    api = MemoryApi()
+    events: list[str] = []
+    tuning = run_study(api, monitor=throttled_at_first, events=events)
+    assert "TrialDiscarded" in events
+    assert outcome(api, tuning) == CLEAN["Canary"][0]
