@@ -35,8 +35,7 @@ from slotune.tuner.local import load_deployment
 from slotune.tuner.loop import Outcome, Tuner, TunerOptions
 from slotune.tuner.measure import LoadgenMeasure
 from slotune.tuner.records import RecordStore, TrialState
-from slotune.tuner.report import describe_params
-from slotune.tuner.space import CPU, Space
+from slotune.tuner.space import CPU, Space, describe_params
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tune-cpu.yaml"

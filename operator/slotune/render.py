@@ -212,6 +212,9 @@ def render_deployment(
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": mounts,
+        # A crashed engine leaves its log tail in the pod's status, for `kubectl describe` and
+        # for the operator, which classifies the failure from it.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Loading weights and compiling can take minutes; the startup probe covers it so
         # liveness never kills an engine that is still starting.
         "startupProbe": _probe("/health", period=10, failures=90),
@@ -365,7 +368,6 @@ def render_trial_pod(
     pod_spec = template["spec"]
     pod_spec["restartPolicy"] = "Never"
     container = pod_spec["containers"][0]
-    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     container.pop("livenessProbe", None)
     labels = {
         **trial_labels(owner, TRIAL_COMPONENT, study, trial),

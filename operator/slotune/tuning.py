@@ -39,7 +39,7 @@ from slotune.models import (
 from slotune.status import ConditionRow, Event
 from slotune.tuner.loop import Finished, Launch, NextTrial, Tuner
 from slotune.tuner.records import MemoryStore, TrialRecord, TrialState, dumps, loads
-from slotune.tuner.space import platform_for
+from slotune.tuner.space import describe_params, platform_for
 
 TERMINAL = {TuningState.COMPLETED, TuningState.RECOMMENDED, TuningState.ROLLED_BACK}
 
@@ -348,15 +348,14 @@ class Study:
         """The serving Deployment runs the trial (the overlay below); wait for its rollout."""
         waited = (self.now - current.since).total_seconds()
         pods = self._serving_pods(current.config_hash)
-        for pod in pods:
-            failure = _serving_failure(pod)
-            if failure:
-                return self._record(
-                    tuning,
-                    current,
-                    records,
-                    Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
-                )
+        failure = _first_failure(pods)
+        if failure:
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
+            )
         if self.ctx.active_hash == current.config_hash and self.ctx.serving_ready:
             ready = [p for p in pods if trials.PodState.of(p).phase == "Ready"]
             if ready:
@@ -416,16 +415,13 @@ class Study:
                         TrialState.FAILED, cause=cause, failure_kind=engine.failure_kind or "Crash"
                     ),
                 )
-        else:
-            for pod in self._serving_pods(current.config_hash):
-                failure = _serving_failure(pod)
-                if failure:
-                    return self._record(
-                        tuning,
-                        current,
-                        records,
-                        Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
-                    )
+        elif failure := _first_failure(self._serving_pods(current.config_hash)):
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
+            )
         job_name = render.child_name(self.owner, "load", tuning.study, current.number)
         job = self.kube.get(Ref("batch/v1", "Job", ns, job_name))
         pods = self.kube.list("v1", "Pod", ns, {"job-name": job_name}) if job else []
@@ -540,10 +536,8 @@ class Study:
         if promoted is None or promoted.at is None:  # nothing to check (status edited by hand)
             tuning.state = TuningState.COMPLETED
             return self._result(tuning)
-        for pod in self._serving_pods(promoted.hash):
-            failure = _serving_failure(pod)
-            if failure:
-                return self._roll_back(tuning, f"its pods failed: {failure}")
+        if failure := _first_failure(self._serving_pods(promoted.hash)):
+            return self._roll_back(tuning, f"its pods failed: {failure}")
         waited = (self.now - promoted.at).total_seconds()
         rolled = self.ctx.active_hash == promoted.hash and self.ctx.serving_ready
         if not rolled:
@@ -641,6 +635,10 @@ class Study:
         return self.kube.list("v1", "Pod", self.owner.namespace, labels)
 
 
+def _first_failure(pods: list[dict[str, Any]]) -> str | None:
+    return next((failure for pod in pods if (failure := _serving_failure(pod))), None)
+
+
 def _serving_failure(pod: dict[str, Any]) -> str | None:
     """Why a serving pod of a new configuration is failing, if it is."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -656,23 +654,12 @@ def _serving_failure(pod: dict[str, Any]) -> str | None:
             state = trials.terminated_failure(ended) if ended else None
             detail = state.detail if state else waiting.get("message", "")
             restarts = container.get("restartCount", 0)
-            return f"{pod['metadata']['name']} restarted {restarts} times: {detail}"
+            return f"{pod['metadata']['name']} failed (restarts: {restarts}): {detail}"
     return None
 
 
 def _describe(params: dict[str, Any]) -> str:
-    short = {
-        "max_num_batched_tokens": "batched",
-        "max_num_seqs": "seqs",
-        "block_size": "block",
-        "gpu_memory_utilization": "gmu",
-        "enable_prefix_caching": "prefix",
-        "kv_cache_dtype": "kv",
-    }
-    return (
-        " ".join(f"{short.get(k, k)}={v}" for k, v in sorted(params.items()))
-        or "the spec's settings"
-    )
+    return describe_params(dict(sorted(params.items()))) or "the spec's settings"
 
 
 def _trial_event(record: TrialRecord) -> Event:

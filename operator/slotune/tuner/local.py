@@ -21,8 +21,8 @@ from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions
 from slotune.tuner.measure import LoadgenMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
-from slotune.tuner.report import describe_params, format_table, table_rows, write_report
-from slotune.tuner.space import PLATFORMS
+from slotune.tuner.report import format_table, table_rows, write_report
+from slotune.tuner.space import PLATFORMS, describe_params
 
 
 def load_deployment(path: Path) -> LLMDeployment:

@@ -21,28 +21,8 @@ import optuna
 
 from slotune.models import SloSpec
 from slotune.tuner.records import TrialRecord, TrialState
-from slotune.tuner.space import Space
+from slotune.tuner.space import PARAM_SHORT, Space, describe_params
 from slotune.tuner.study import rebuild
-
-PARAM_SHORT = {
-    "max_num_batched_tokens": "batched",
-    "max_num_seqs": "seqs",
-    "block_size": "block",
-    "gpu_memory_utilization": "gmu",
-    "enable_prefix_caching": "prefix",
-    "kv_cache_dtype": "kv",
-}
-
-
-def describe_params(params: dict[str, object]) -> str:
-    parts = []
-    for name, value in params.items():
-        short = PARAM_SHORT.get(name, name)
-        if isinstance(value, bool):
-            parts.append(f"{short}={'on' if value else 'off'}")
-        else:
-            parts.append(f"{short}={value}")
-    return " ".join(parts)
 
 
 def _ms(value: float | None) -> str:

@@ -145,3 +145,24 @@ def clamp_into(space: Space, params: dict[str, Any]) -> dict[str, Any]:
             value = min(numeric, key=lambda c: abs(c - value))
         result[name] = value
     return result
+
+
+PARAM_SHORT = {
+    "max_num_batched_tokens": "batched",
+    "max_num_seqs": "seqs",
+    "block_size": "block",
+    "gpu_memory_utilization": "gmu",
+    "enable_prefix_caching": "prefix",
+    "kv_cache_dtype": "kv",
+}
+
+
+def describe_params(params: dict[str, object]) -> str:
+    parts = []
+    for name, value in params.items():
+        short = PARAM_SHORT.get(name, name)
+        if isinstance(value, bool):
+            parts.append(f"{short}={'on' if value else 'off'}")
+        else:
+            parts.append(f"{short}={value}")
+    return " ".join(parts)
