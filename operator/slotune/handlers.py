@@ -113,6 +113,8 @@ def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger) -> None:
             reason=event.reason,
             message=event.message,
         )
+        # The same line in the operator's log, for whoever reads it instead of the events.
+        logger.info("Event %s %s: %s", event.type, event.reason, event.message)
     if outcome.status_written:
         tuning_status = outcome.status.tuning
         logger.info(
