@@ -23,7 +23,9 @@ from slotune.metrics import (
     ScrapeSource,
     vllm_selector,
 )
+from slotune.models import LLMDeploymentSpec
 from slotune.slo import histogram_quantile, judge_histogram
+from slotune.watch import live_workload
 from support.engine import ScrapedEngine
 from support.prometheus import PrometheusServer
 
@@ -118,6 +120,25 @@ def test_workload_fingerprint_and_latency_queries_run_on_real_data(
     hit_rate = source.query_value(metrics.prefix_cache_hit_rate("1m", tiny))
     assert hit_rate is not None
     assert 0 <= hit_rate <= 1
+
+    # A Live workload: trials shaped like this traffic (no namespace label on this target).
+    live_spec = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny"},
+            "slo": {"ttft": {"maxSeconds": 2.0}, "window": "1m"},
+            "tuning": {"enabled": True, "workload": {"source": "Live", "duration": "20s"}},
+        }
+    )
+    live = live_workload(source, live_spec, "", "tiny")
+    assert live is not None
+    assert live.source == "Synthetic"
+    assert live.prompt_tokens is not None
+    assert live.prompt_tokens.mean == len(PROMPT)
+    assert live.output_tokens is not None
+    assert live.output_tokens.mean == OUTPUT_TOKENS
+    assert live.request_rate is not None
+    assert live.request_rate > 0
+    assert live.duration == "20s"
 
 
 def test_custom_ttft_bounds_reach_prometheus_and_decide_the_slo(

@@ -125,9 +125,13 @@ def prometheus(kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory) -> It
 def tuning_operator(
     kubelet: Kubelet,
     prometheus: PrometheusServer,
+    operator: OperatorProcess,
     operator_kubeconfig: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
+    """The operator with a Prometheus, alone: the session's cluster-wide operator (which has
+    none) is stopped meanwhile, or both would reconcile these LLMDeployments."""
+    operator.stop()
     process = OperatorProcess(
         operator_kubeconfig,
         tmp_path_factory.mktemp("logs") / "tuning-operator.log",
@@ -140,6 +144,7 @@ def tuning_operator(
     process.start()
     yield process
     process.stop()
+    operator.start()
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -474,7 +479,6 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
         ).stdout.split()  # fmt: skip
         assert "Recommended" in reasons
         assert "RolledBack" in reasons
-        kubelet.clear_faults()
 
         # Users on the old configuration miss the SLO; 20 s later a new study starts.
         _, ip = wait_for("a ready pod", lambda: serving_pod(cluster, kubelet, "guarded"), 60)
@@ -485,9 +489,11 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
             90,
         )
         traffic.wait()
+        retuned = tuning_of(cluster, "guarded")
     except AssertionError as error:
         raise AssertionError(f"{error}{explain(cluster, kubelet, operator)}") from None
-    retuned = tuning_of(cluster, "guarded")
+    finally:
+        kubelet.clear_faults()
+        cluster.kubectl("delete", "llmd", "guarded", "-n", NAMESPACE, check=False)
     print("Re-tune:", retuned.get("reason"))
     assert "SLO" in (retuned.get("reason") or "")
-    cluster.kubectl("delete", "llmd", "guarded", "-n", NAMESPACE)
