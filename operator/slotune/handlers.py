@@ -28,6 +28,7 @@ from slotune.watch import PrometheusMonitor
 RESYNC_SECONDS = float(os.environ.get("SLOTUNE_RESYNC_SECONDS", "30"))
 # Steps a study may take in one handler call before it waits for the next trigger.
 MAX_STEPS = 8
+WORKERS = int(os.environ.get("SLOTUNE_WORKERS", "16"))
 Clock = Callable[[], datetime]
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -56,6 +57,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
+    # Handlers are synchronous and mostly wait on the API server or Prometheus: enough threads
+    # that a slow object never delays another's deletion or a study's next step.
+    settings.execution.max_workers = WORKERS
     _kube(memo)
     port = opmetrics.configured_port()
     if port is not None:

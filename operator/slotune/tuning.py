@@ -155,9 +155,9 @@ class Study:
 
     def _disabled(self, previous: TuningStatus | None) -> Result:
         """Tuning off: the spec's own configuration serves and trial objects go."""
-        self._delete_trial_objects(keep=None)
-        if previous is None:
+        if previous is None:  # never tuned: there is nothing to clean up
             return Result(None, {}, None)
+        self._delete_trial_objects(keep=None)
         tuning = previous.model_copy(update={"promoted": None, "current": None})
         if previous.promoted is not None:
             tuning.message = "tuning is disabled: the spec's own configuration serves"

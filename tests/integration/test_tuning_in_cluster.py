@@ -283,8 +283,8 @@ def test_holds_still_while_prometheus_is_unreachable(
         lambda: tuning_of(cluster, "held").get("current") is not None,
     )
     assert condition(llmd(cluster, "held"), "MetricsAvailable")["status"] == "True"
-    cluster.kubectl("delete", "llmd", "held", "-n", NAMESPACE)
-    wait_for("the trial pod to go with its owner", lambda: not trial_objects(cluster, "held"), 60)
+    cluster.kubectl("delete", "llmd", "held", "-n", NAMESPACE, "--wait=false")
+    wait_for("the trial pod to go with its owner", lambda: not trial_objects(cluster, "held"), 120)
 
 
 def test_tunes_promotes_and_survives_restarts_at_every_step(
@@ -383,7 +383,7 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
     for entry in managed:
         if entry["manager"] == "slotune":
             assert entry.get("subresource") == "status" or "f:spec" not in entry["fieldsV1"], entry
-    cluster.kubectl("delete", "llmd", "chat", "-n", NAMESPACE)
+    cluster.kubectl("delete", "llmd", "chat", "-n", NAMESPACE, "--wait=false")
 
 
 def kill_at_each_step(
@@ -494,6 +494,6 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
         raise AssertionError(f"{error}{explain(cluster, kubelet, operator)}") from None
     finally:
         kubelet.clear_faults()
-        cluster.kubectl("delete", "llmd", "guarded", "-n", NAMESPACE, check=False)
+        cluster.kubectl("delete", "llmd", "guarded", "-n", NAMESPACE, "--wait=false", check=False)
     print("Re-tune:", retuned.get("reason"))
     assert "SLO" in (retuned.get("reason") or "")
