@@ -98,8 +98,8 @@ on two cores shared with the engine (and, at times, with another engine)."""
 TPOT_SLACK_S = CLIENT_OVERHEAD_S / (OUTPUT_TOKENS - 1)
 """Client and server TPOT differ by the jitter of that overhead spread over the decode."""
 
-KV_HOLDERS = Workload(num_requests=6, seed=3, concurrency=2, prompt_tokens=600, output_tokens=400)
-"""Two at a time, about 2 s each: KV blocks held long enough for several scrapes."""
+KV_HOLDERS = Workload(num_requests=12, seed=3, concurrency=2, prompt_tokens=600, output_tokens=400)
+"""Two at a time, about 2 s each: KV blocks held for about 12 s, several scrapes."""
 
 SCRAPE_TAKES_S = 0.1
 """More than Prometheus needs to read the engine's /metrics (about 10 ms)."""
