@@ -204,7 +204,8 @@ class Study:
         return self._result(tuning, progressed=True)
 
     def _after_study(self, tuning: TuningStatus) -> Result:
-        self._delete_trial_objects(keep=None)
+        # No trial object outlives a study: each went when its trial was recorded, and the
+        # study only ends once no trial is in flight. Nothing to list on every resync here.
         live = self.ctx.live
         if (
             tuning.state == TuningState.RECOMMENDED
@@ -217,7 +218,7 @@ class Study:
             )
             if chosen is not None:
                 return self._promote(tuning, chosen)
-        if live.retune is not None and tuning.state != TuningState.PROMOTING:
+        if live.retune is not None:
             wanted = tuning.spec_hash or trials.spec_hash(self.spec)
             return self._start(tuning, wanted, live.retune, keep_overlay=True)
         return self._result(tuning)
@@ -357,9 +358,9 @@ class Study:
                 Launch(TrialState.FAILED, cause=failure, failure_kind="Crash"),
             )
         if self.ctx.active_hash == current.config_hash and self.ctx.serving_ready:
-            ready = [p for p in pods if trials.PodState.of(p).phase == "Ready"]
-            if ready:
-                ip = trials.PodState.of(ready[0]).ip
+            states = [trials.PodState.of(pod) for pod in pods]
+            ip = next((state.ip for state in states if state.phase == "Ready"), None)
+            if ip:
                 return self._start_load(tuning, current, f"http://{ip}:{DEFAULT_PORT}")
         if waited > self.ctx.settings.startup_seconds:
             return self._record(
