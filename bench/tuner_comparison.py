@@ -3,7 +3,8 @@
 Same engine (the real vLLM CPU build, tiny Llama-shaped model), same workload and SLO
 (examples/tune-cpu.yaml), same budget of launched trials, no finalist re-measurement (so every
 method spends its whole budget screening). For each method it prints the number of trials until
-the first SLO-feasible configuration, and the best goodput found (requests/s meeting every SLO).
+the first feasible configuration (capacity at the target rate with headroom), and the best
+capacity found (requests/s within every SLO target).
 
     .venv/bin/python bench/tuner_comparison.py --trials 8
 
@@ -14,7 +15,7 @@ the first SLO-feasible configuration, and the best goodput found (requests/s mee
   max-num-batched-tokens {512, 1024, 2048, 4096}, in its loop order; the other settings at
   vLLM's defaults.
 
-Takes about 90 s per trial on two cores. Results go to bench/results/tuner-comparison.json.
+Takes about 2-3 minutes per trial on two cores. Results go to bench/results/tuner-comparison.json.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from optuna.distributions import CategoricalDistribution
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.local import load_deployment
 from slotune.tuner.loop import Outcome, Tuner, TunerOptions
-from slotune.tuner.measure import LoadgenMeasure
+from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialState
 from slotune.tuner.space import CPU, Space, describe_params
 
@@ -78,7 +79,7 @@ def run_method(name: str, trials: int, out: Path, python: Path) -> Outcome:
     tuner = Tuner(
         spec,
         runtime=LocalRuntime(python, out / name / "engines", dummy_weights=True),
-        measure=LoadgenMeasure(spec, "tiny"),
+        measure=CapacityMeasure(spec, "tiny"),
         platform=CPU,
         model=str(MODEL),
         served_name="tiny",
@@ -91,8 +92,8 @@ def run_method(name: str, trials: int, out: Path, python: Path) -> Outcome:
     return tuner.run(
         progress=lambda p: print(
             f"  {name} #{p.record.number} {describe_params(p.record.params)}: "
-            f"{p.record.state} goodput {p.record.score:.2f} "
-            f"{'SLO met' if p.record.feasible else 'SLO missed'}",
+            f"{p.record.state} capacity {p.record.score:.2f} req/s "
+            f"{'feasible' if p.record.feasible else 'infeasible'}",
             flush=True,
         )
     )
@@ -109,7 +110,7 @@ def summarise(name: str, outcome: Outcome) -> dict[str, Any]:
         "failed_to_start": sum(1 for r in launched if r.state == TrialState.FAILED),
         "rejected_before_launch": sum(1 for r in outcome.records if not r.launched),
         "trials_to_first_feasible": first,
-        "best_goodput": best.score if best else 0.0,
+        "best_capacity": best.score if best else 0.0,
         "best_config": best.params if best else None,
         "trials": [r.model_dump(mode="json") for r in outcome.records],
     }
@@ -131,7 +132,7 @@ def main() -> int:
         summary["seconds"] = round(time.monotonic() - began)
         results.append(summary)
     print()
-    header = ("method", "launched", "failed", "first feasible", "best goodput")
+    header = ("method", "launched", "failed", "first feasible", "best capacity")
     print(
         f"{header[0]:<9} {header[1]:>8} {header[2]:>6} {header[3]:>15} {header[4]:>13}  best config"
     )
@@ -141,7 +142,7 @@ def main() -> int:
         first_text = f"trial {first}" if first else "none"
         print(
             f"{r['method']:<9} {r['launched']:>8} {r['failed_to_start']:>6} "
-            f"{first_text:>15} {r['best_goodput']:>13.2f}  {config}"
+            f"{first_text:>15} {r['best_capacity']:>13.2f}  {config}"
         )
     target = ROOT / "bench" / "results" / "tuner-comparison.json"
     target.parent.mkdir(parents=True, exist_ok=True)

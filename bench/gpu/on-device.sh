@@ -11,8 +11,8 @@
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
-#   bench/gpu/on-device.sh sweep SECONDS [ARGS]  goodput sweep of vLLM's defaults and the
-#                                           study's best (ARGS go to goodput_sweep.py)
+#   bench/gpu/on-device.sh side-by-side     capacity of vLLM's defaults and of the study's
+#                                           winner in one run, with the prefill ceiling
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -64,7 +64,8 @@ tune)
   if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
     cp -v "$carried" "$study/trials.jsonl"
   fi
-  python3 "$here/timebox.py" --seconds "$seconds" --records "$study/trials.jsonl" -- \
+  python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 330 \
+    --records "$study/trials.jsonl" -- \
     python3 -c "import sys; from slotune.tuner.local import main; sys.exit(main(sys.argv[1:]))" "$here/h200-study.yaml" --local --platform h200 \
     --model-dir "$here/llama-8b" --dummy-weights --vllm-python python3 --out "$study" \
     2>&1 | tee -a "$OUT/study.log" || true
@@ -72,16 +73,14 @@ tune)
   cp "$study/trials.txt" "$study/report.html" "$OUT/" 2>/dev/null || true
   tar -czf "$OUT/engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
   ;;
-sweep)
-  seconds="${2:?sweep SECONDS}"
-  shift 2
+side-by-side)
   # The study's records on this machine, or the carried ones on a fresh machine.
   records="$study/trials.jsonl"
   [[ -f "$records" ]] || records="$here/.state/trials.jsonl"
-  python3 "$here/goodput_sweep.py" --spec "$here/h200-study.yaml" --model-dir "$here/llama-8b" \
-    --records "$records" --work /tmp/slotune-sweep --seconds "$seconds" \
-    --json "$OUT/goodput.json" "$@" 2>&1 | tee -a "$OUT/sweep.log"
-  tar -czf "$OUT/sweep-engine-logs.tar.gz" -C /tmp/slotune-sweep . 2>/dev/null || true
+  python3 "$here/capacity_side_by_side.py" --spec "$here/h200-study.yaml" \
+    --model-dir "$here/llama-8b" --records "$records" --work /tmp/slotune-side \
+    --json "$OUT/side-by-side.json" 2>&1 | tee -a "$OUT/side-by-side.log"
+  tar -czf "$OUT/side-engine-logs.tar.gz" -C /tmp/slotune-side . 2>/dev/null || true
   ;;
 *)
   sed -n '2,15p' "$0"

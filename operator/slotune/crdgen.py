@@ -36,6 +36,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "SLO-Met", "type": "boolean", "jsonPath": ".status.slo.met"},
     {"name": "Trials", "type": "string", "jsonPath": ".status.trialsSummary"},
+    {
+        "name": "Capacity",
+        "type": "string",
+        "jsonPath": ".status.capacitySummary",
+        "description": "Best capacity found / rate to carry (req/s)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -545,6 +546,24 @@ async def _closed_loop(
     return sorted(results, key=lambda r: r.index)
 
 
+@contextlib.asynccontextmanager
+async def sender(url: str, model: str, *, timeout_s: float, clock: Clock) -> AsyncIterator[Send]:
+    """A session to one engine and the coroutine that sends one planned request over it."""
+    target = completions_url(url)
+    connector = aiohttp.TCPConnector(limit=0)  # a pool limit would hide queueing from the lag
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, read_bufsize=_READ_BUFFER_BYTES
+    ) as session:
+
+        async def send(plan: PlannedRequest, start: float, scheduled_at: float) -> RequestResult:
+            return await _send(
+                session, target, model, plan, clock=clock, start=start, scheduled_at=scheduled_at
+            )
+
+        yield send
+
+
 async def run_workload(
     url: str,
     model: str,
@@ -556,17 +575,7 @@ async def run_workload(
     """Sends the warm-up requests and awaits them, then the measured ones; returns the results
     of the measured requests only. Request failures are results with an `error`, never raised."""
     plans = plan_requests(workload) if plans is None else plans
-    target = completions_url(url)
-    connector = aiohttp.TCPConnector(limit=0)  # a pool limit would hide queueing from the lag
-    timeout = aiohttp.ClientTimeout(total=workload.timeout_s)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, read_bufsize=_READ_BUFFER_BYTES
-    ) as session:
-
-        async def send(plan: PlannedRequest, start: float, scheduled_at: float) -> RequestResult:
-            return await _send(
-                session, target, model, plan, clock=clock, start=start, scheduled_at=scheduled_at
-            )
+    async with sender(url, model, timeout_s=workload.timeout_s, clock=clock) as send:
 
         async def phase(batch: Sequence[PlannedRequest]) -> list[RequestResult]:
             if not batch:

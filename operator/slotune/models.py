@@ -506,7 +506,19 @@ class TuningSpec(ApiModel):
         "serving pods (no spare GPU).",
     )
     max_trials: int = Field(default=20, ge=1, le=500)
-    objective: Literal["Goodput", "Throughput", "Latency"] = "Goodput"
+    objective: Literal["Goodput", "Throughput", "Latency"] = Field(
+        default="Goodput",
+        description="How feasible configurations are ranked. Goodput: capacity, the highest "
+        "request rate at which every SLO target holds; Throughput: output tokens/s at that "
+        "rate; Latency: the lowest latency against its bound at the target rate.",
+    )
+    headroom: float = Field(
+        default=0.1,
+        ge=0,
+        le=10,
+        description="A configuration is feasible when its capacity is at least the workload's "
+        "rate (or the live peak rate) times 1 + headroom.",
+    )
     seed: int = Field(default=0, ge=0)
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -658,6 +670,12 @@ class TrialRecord(StatusModel):
     )
     state: str = ""
     score: float | None = None
+    capacity: float | None = Field(
+        default=None, description="Requests/s carried within every SLO target."
+    )
+    capacity_upper: float | None = Field(
+        default=None, description="The lowest rate probed that did not hold the SLO."
+    )
     feasible: bool | None = None
     cause: str | None = None
 
@@ -717,6 +735,9 @@ class TuningStatus(StatusModel):
     trials_completed: int = 0
     trials_failed: int = 0
     max_trials: int | None = None
+    target_rate: float | None = Field(
+        default=None, description="Requests/s a feasible configuration carries, headroom included."
+    )
     best: TrialRecord | None = None
     trials: list[TrialRecord] = Field(default_factory=list)
     recommendation: dict[str, Any] | None = Field(default=None, json_schema_extra=_PARAMS)
@@ -783,6 +804,10 @@ class LLMDeploymentStatus(StatusModel):
     )
     trials_summary: str | None = Field(
         default=None, description="Trials done of the maximum, for `kubectl get`."
+    )
+    capacity_summary: str | None = Field(
+        default=None,
+        description="The best capacity found against the rate it must carry, for `kubectl get`.",
     )
     active_config: ActiveConfig | None = None
     tuning: TuningStatus | None = None

@@ -10,7 +10,9 @@ whether a re-tune is due, and whether the reconciler must hold still.
 
 The rules an on-call engineer can rely on:
 - The SLO is judged from bucket counts (`slo.judge_histogram`), never from an interpolated
-  quantile; a threshold the buckets cannot settle is reported as such, not guessed.
+  quantile, by the attainment rule trials use: the fraction within the bound, with its Wilson
+  interval, against the target percentile; met or violated only when the interval says so,
+  undecided otherwise. A threshold the buckets cannot settle is reported as such, not guessed.
 - No requests in the window: the SLO is unknown, not met.
 - Prometheus cannot be read: nothing is re-decided. The last figures stay, marked stale, and
   SLOMet keeps its status: an outage is neither a violation nor a recovery.
@@ -30,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from slotune.attainment import CONFIDENCE
 from slotune.metrics import (
     METRICS,
     THROTTLING,
@@ -415,7 +418,7 @@ def _judge(
 ) -> HistogramVerdict:
     if reading is None or all(count <= 0 for _, count in reading.buckets):
         return HistogramVerdict(None, True, f"no observations in the last {window}", None, 0.0)
-    return judge_histogram(reading.buckets, percentile, max_seconds)
+    return judge_histogram(reading.buckets, percentile, max_seconds, confidence=CONFIDENCE)
 
 
 def _estimate(reading: TargetReading | None, percentile: float) -> float | None:

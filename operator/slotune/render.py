@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotune import models
+from slotune.capacity import MAX_PROBES, MeasureRequest
 from slotune.engine import vllm
 from slotune.slo import custom_histogram_buckets
 
@@ -369,6 +370,9 @@ def render_trial_pod(
     pod_spec["restartPolicy"] = "Never"
     container = pod_spec["containers"][0]
     container.pop("livenessProbe", None)
+    # Dev mode serves POST /reset_prefix_cache, which the capacity search calls between
+    # probes. A trial pod is outside the serving Service: no user reaches these endpoints.
+    container["env"] = [*container.get("env", []), {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]
     labels = {
         **trial_labels(owner, TRIAL_COMPONENT, study, trial),
         LABEL_CONFIG_HASH: config_hash(owner, tuned),
@@ -393,11 +397,11 @@ def render_load_job(
     image: str,
     url: str,
     workload: models.WorkloadSpec,
-    seed: int,
+    request: MeasureRequest,
     study: int,
     trial: int,
 ) -> dict[str, Any]:
-    """A Job that drives the trial's engine with the workload and reports what it measured.
+    """A Job that measures the capacity of the trial's engine and reports what it found.
 
     It runs the operator's own image (`slotune trial-load`); the measurement comes back as the
     container's termination message, which the operator reads from the pod's status.
@@ -417,10 +421,18 @@ def render_load_job(
         "--slo",
         spec.slo.model_dump_json(by_alias=True, exclude_none=True),
         "--seed",
-        str(seed),
+        str(request.seed),
+        "--target-rate",
+        f"{request.target_rate:.6g}",
         "--result-file",
         TERMINATION_LOG,
     ]
+    if request.measure_ceiling:
+        command.append("--measure-ceiling")
+    if request.ceiling is not None:
+        command += ["--ceiling", request.ceiling.model_dump_json()]
+    if request.precise:
+        command.append("--precise")
     labels = trial_labels(owner, LOAD_COMPONENT, study, trial)
     return {
         "apiVersion": "batch/v1",
@@ -433,8 +445,9 @@ def render_load_job(
         },
         "spec": {
             "backoffLimit": 0,
-            # Warm-up, the measured run and the drain of requests still in flight.
-            "activeDeadlineSeconds": int(measured * 3 + 180),
+            # Every probe of the capacity search at its longest (the window and its
+            # extensions, warm-up, tail and drain), and the ceilings.
+            "activeDeadlineSeconds": int(MAX_PROBES * (measured * 3 + 90) + 300),
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from slotune.attainment import wilson_interval
 from slotune.models import SloSpec, SloTarget
 from slotune.stats import percentile as exact_percentile
 
@@ -154,14 +155,24 @@ def _fraction_text(count: float, total: float) -> str:
 
 
 def judge_histogram(
-    buckets: Sequence[Bucket], percentile: float, max_seconds: float
+    buckets: Sequence[Bucket],
+    percentile: float,
+    max_seconds: float,
+    *,
+    confidence: float | None = None,
 ) -> HistogramVerdict:
     """Decide "p{percentile} <= max_seconds" from cumulative buckets.
 
-    pN <= t exactly when the fraction of observations <= t is at least N/100. When t is a
-    bucket bound that fraction is known. Otherwise it lies between the fractions at the
-    neighbouring bounds: at least N/100 already at the bound below → met; below N/100 even at
-    the bound above → violated; anything else cannot be decided from this histogram.
+    pN <= t exactly when the fraction of observations <= t (the attainment) is at least N/100.
+    When t is a bucket bound that fraction is known. Otherwise it lies between the fractions at
+    the neighbouring bounds: at least N/100 already at the bound below → met; below N/100 even
+    at the bound above → violated; anything else cannot be decided from this histogram.
+
+    Without `confidence` this describes the observations themselves. With it (live on-call
+    judgement: the window is a sample of the engine's behaviour) each fraction is taken as a
+    Wilson interval (`slotune.attainment`), as a trial judges its requests: met only when the
+    interval lies wholly at or above N/100, violated only when wholly below, and otherwise
+    undecided until more traffic has been seen.
     """
     if not 0 < percentile < 100:
         raise ValueError(f"percentile must be within 0..100 (exclusive), got {percentile}")
@@ -173,35 +184,57 @@ def judge_histogram(
         return HistogramVerdict(None, True, "no observations in the window", None, 0.0)
     estimate = histogram_quantile(percentile, ordered)
     shown = None if math.isnan(estimate) else estimate
-    need = percentile / 100 * total
+    need = percentile / 100
     goal = f"p{percentile:g} <= {max_seconds:g}s"
+
+    def interval(count: float) -> tuple[float, float]:
+        if confidence is None:
+            return count / total, count / total
+        return wilson_interval(round(count), round(total), confidence)
+
+    def shown_interval(count: float) -> str:
+        if confidence is None:
+            return ""
+        lower, upper = interval(count)
+        return f", interval {lower:.2%}-{upper:.2%}"
 
     exact = next((c for b, c in ordered if math.isclose(b, max_seconds, rel_tol=1e-9)), None)
     if exact is not None:
-        met = exact >= need
+        lower, upper = interval(exact)
+        met = True if lower >= need else False if upper < need else None
+        verdict = {True: "met", False: "violated", None: "undecided"}[met]
         reason = (
-            f"{goal} {'met' if met else 'violated'}: {_fraction_text(exact, total)} "
-            f"observations are <= {max_seconds:g}s, {percentile:g}% needed"
+            f"{goal} {verdict}: {_fraction_text(exact, total)} observations are "
+            f"<= {max_seconds:g}s{shown_interval(exact)}, {percentile:g}% needed"
         )
+        if met is None:
+            reason += "; more traffic will decide it"
         return HistogramVerdict(met, True, reason, shown, total)
 
     below = [(b, c) for b, c in ordered if b < max_seconds]
     above = next((b, c) for b, c in ordered if b > max_seconds)  # +Inf is always above
-    if below and below[-1][1] >= need:
+    if below and interval(below[-1][1])[0] >= need:
         bound, count = below[-1]
         reason = (
             f"{goal} met: already {_fraction_text(count, total)} observations are "
-            f"<= {bound:g}s, below the threshold"
+            f"<= {bound:g}s, below the threshold{shown_interval(count)}"
         )
         return HistogramVerdict(True, True, reason, shown, total)
-    if above[1] < need:
+    if interval(above[1])[1] < need:
         bound, count = above
         reason = (
             f"{goal} violated: only {_fraction_text(count, total)} observations are "
-            f"<= {bound:g}s, above the threshold"
+            f"<= {bound:g}s, above the threshold{shown_interval(count)}"
         )
         return HistogramVerdict(False, True, reason, shown, total)
     low = f"{below[-1][0]:g}s" if below else "0s"
+    settled_by_points = bool(below and below[-1][1] >= need * total) or above[1] < need * total
+    if settled_by_points:
+        reason = (
+            f"{goal} undecided: the bucket bounds {low} and {above[0]:g}s would settle it, but "
+            "not yet with confidence; more traffic will decide it"
+        )
+        return HistogramVerdict(None, True, reason, shown, total)
     reason = (
         f"{goal} undecidable: p{percentile:g} lies between the bucket bounds {low} and "
         f"{above[0]:g}s, and {max_seconds:g}s is not a bound; add it with "

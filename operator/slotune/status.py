@@ -218,10 +218,11 @@ def compute_status(
     desired_replicas = spec.replicas if spec is not None else previous.replicas
     ready_count = dep.ready if dep.exists else 0
     tuning = observation.tuning if serving is not None else previous.tuning
-    trials = None
+    trials = capacity = None
     if serving is not None and serving.tuning.enabled:
         tuning = tuning or TuningStatus(max_trials=serving.tuning.max_trials)
         trials = f"{tuning.trials_completed}/{serving.tuning.max_trials}"
+        capacity = _capacity_summary(tuning)
     return LLMDeploymentStatus(
         observed_generation=observation.generation,
         phase=phase,
@@ -233,10 +234,20 @@ def compute_status(
         slo=observation.slo,
         slo_summary=_ttft_summary(spec, observation.slo),
         trials_summary=trials,
+        capacity_summary=capacity,
         active_config=active,
         tuning=tuning,
         gpu=observation.gpu,
     )
+
+
+def _capacity_summary(tuning: TuningStatus) -> str | None:
+    """`7.1/3.3` (req/s): the best capacity found against the rate it must carry."""
+    if tuning.target_rate is None:
+        return None
+    best = tuning.best.capacity if tuning.best and tuning.best.capacity is not None else None
+    shown = "-" if best is None else f"{best:.3g}"
+    return f"{shown}/{tuning.target_rate:.3g}"
 
 
 # Condition states an on-call engineer must look at.

@@ -318,7 +318,7 @@ class Study:
         waited = (self.now - current.since).total_seconds()
         state = trials.PodState.of(pod, startup_seconds=waited)
         if state.phase == "Ready" and state.ip:
-            return self._start_load(tuning, current, f"http://{state.ip}:{DEFAULT_PORT}")
+            return self._start_load(tuning, current, records, f"http://{state.ip}:{DEFAULT_PORT}")
         if state.phase == "Failed":
             return self._record(
                 tuning,
@@ -361,7 +361,7 @@ class Study:
             states = [trials.PodState.of(pod) for pod in pods]
             ip = next((state.ip for state in states if state.phase == "Ready"), None)
             if ip:
-                return self._start_load(tuning, current, f"http://{ip}:{DEFAULT_PORT}")
+                return self._start_load(tuning, current, records, f"http://{ip}:{DEFAULT_PORT}")
         if waited > self.ctx.settings.startup_seconds:
             return self._record(
                 tuning,
@@ -375,18 +375,23 @@ class Study:
             )
         return self._result(tuning)
 
-    def _start_load(self, tuning: TuningStatus, current: CurrentTrial, url: str) -> Result:
+    def _start_load(
+        self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord], url: str
+    ) -> Result:
         workload = self._workload()
-        if workload is None:
+        if workload is None or workload.request_rate is None:
             current.note = "waiting for live traffic to shape the trial workload"
             return self._result(tuning)
+        tuner, _ = self._tuner(records)
+        request = tuner.measure_request(_planned(current), rate=workload.request_rate)
+        tuning.target_rate = round(request.target_rate, 4)
         job = render.render_load_job(
             self.owner,
             self.spec,
             image=self.ctx.settings.load_image,
             url=url,
             workload=workload,
-            seed=current.seed,
+            request=request,
             study=tuning.study,
             trial=current.number,
         )
@@ -465,14 +470,7 @@ class Study:
         """Keeps the trial's record (once, whatever restarts happen) and cleans up after it."""
         if not any(r.number == current.number for r in records):
             tuner, _ = self._tuner(records)
-            planned = NextTrial(
-                number=current.number,
-                params=current.params,
-                seed=current.seed,
-                phase=current.phase,
-                label=current.label,
-                of_trial=current.of_trial,
-            )
+            planned = _planned(current)
             seconds = (self.now - current.started_at).total_seconds()
             record = tuner.outcome(planned, launch, seconds)
             records = [*records, record]
@@ -659,6 +657,18 @@ def _serving_failure(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def _planned(current: CurrentTrial) -> NextTrial:
+    """The planned trial a trial in flight was started as."""
+    return NextTrial(
+        number=current.number,
+        params=current.params,
+        seed=current.seed,
+        phase=current.phase,
+        label=current.label,
+        of_trial=current.of_trial,
+    )
+
+
 def _describe(params: dict[str, Any]) -> str:
     return describe_params(dict(sorted(params.items()))) or "the spec's settings"
 
@@ -677,12 +687,21 @@ def _trial_event(record: TrialRecord) -> Event:
         for name, value in m.slo_percentiles.items()
         if value is not None
     )
-    verdict = "meets the SLO" if record.feasible else "misses the SLO"
+    c = m.capacity
+    if c is None:
+        capacity = "no capacity measured"
+    else:
+        top = f"{c.upper:.3g}" if c.upper is not None else "?"
+        capacity = (
+            f"capacity {c.capacity:.3g} req/s [{c.capacity:.3g}, {top}) against "
+            f"{c.target_rate:.3g} needed"
+        )
+    verdict = "is feasible" if record.feasible else "is infeasible"
     return Event(
         "Normal",
         "TrialMeasured",
-        f"Trial {record.number} ({_describe(record.params)}) {verdict}: {figures}, "
-        f"goodput {m.goodput:.2f} req/s",
+        f"Trial {record.number} ({_describe(record.params)}) {verdict}: {capacity}; at the "
+        f"target rate {figures}",
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Tuner, TunerOptions
-from slotune.tuner.measure import LoadgenMeasure
+from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialState
 from slotune.tuner.space import CPU
 from support.engine import TINY_MODEL, vllm_python
@@ -46,7 +46,7 @@ def test_a_start_that_fails_is_recorded_as_infeasible_with_its_cause(tmp_path: P
     tuner = Tuner(
         spec,
         runtime=LocalRuntime(vllm_python(), tmp_path / "engines", dummy_weights=True),
-        measure=LoadgenMeasure(spec, "tiny"),
+        measure=CapacityMeasure(spec, "tiny"),
         platform=CPU,
         model=str(TINY_MODEL),
         served_name="tiny",

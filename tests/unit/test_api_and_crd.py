@@ -79,7 +79,7 @@ def test_committed_crd_matches_the_models() -> None:
 def test_printer_columns_cover_what_on_call_needs() -> None:
     crd = crdgen.crd()
     names = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert names == ["Phase", "Ready", "TTFT-P95", "SLO-Met", "Trials", "Age"]
+    assert names == ["Phase", "Ready", "TTFT-P95", "SLO-Met", "Trials", "Capacity", "Age"]
     assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
     assert crd["spec"]["names"]["shortNames"] == ["llmd"]
 

@@ -189,3 +189,18 @@ def test_e2e_threshold_goes_to_request_latency_and_odd_values_round_cleanly() ->
     assert set(bounds) == {"request_latency"}
     assert {0.24, 0.27, 0.3, 0.33, 0.375} <= set(bounds["request_latency"])
     assert len(bounds["request_latency"]) == len(set(bounds["request_latency"]))
+
+
+def test_with_a_confidence_the_histogram_is_judged_by_the_attainment_interval() -> None:
+    """Live judgement takes the window as a sample: 95 of 100 within the bound is exactly
+    the target, so undecided; 990 of 1000 decides it, and 900 of 1000 decides against it."""
+
+    def buckets(good: int, total: int) -> list[tuple[float, float]]:
+        return [(1.0, float(good)), (2.5, float(total)), (INF, float(total))]
+
+    assert judge_histogram(buckets(95, 100), 95, 1.0).met is True  # the observations' p95
+    open_ = judge_histogram(buckets(95, 100), 95, 1.0, confidence=0.95)
+    assert (open_.met, open_.resolvable) == (None, True)
+    assert "interval" in open_.reason
+    assert judge_histogram(buckets(990, 1000), 95, 1.0, confidence=0.95).met is True
+    assert judge_histogram(buckets(900, 1000), 95, 1.0, confidence=0.95).met is False

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from slotune import render
+from slotune.capacity import Capacity
 from slotune.kube import Ref
 from slotune.reconcile import Monitor, Watch, reconcile
 from slotune.tuner.records import Measurement, loads
@@ -104,10 +105,19 @@ class MemoryApi:
         return False
 
 
-def measured(params: dict[str, Any]) -> Measurement:
-    """Small chunked-prefill budgets meet the ITL target; the defaults do not."""
-    itl = 0.04 if params.get("max_num_batched_tokens", 2048) <= 512 else 0.3
-    return Measurement(slo_percentiles={"ttft": 1.0, "itl": itl}, goodput=1.5, completed=45)
+def measured(params: dict[str, Any], target_rate: float) -> Measurement:
+    """Small chunked-prefill budgets carry twice the target rate within the ITL target; the
+    defaults only half of it."""
+    small = params.get("max_num_batched_tokens", 2048) <= 512
+    rate = target_rate * (2.0 if small else 0.5)
+    found = Capacity(
+        capacity=rate,
+        upper=rate * 1.12,
+        target_rate=target_rate,
+        feasible=small,
+        stopped="bracketed",
+    )
+    return Measurement(capacity=found, slo_percentiles={"ttft": 1.0}, completed=45)
 
 
 def world_step(api: MemoryApi) -> None:
@@ -138,7 +148,8 @@ def world_step(api: MemoryApi) -> None:
                 )
             }
             assert "--url" in args
-            message = measured(params).model_dump_json()
+            target = float(args[args.index("--target-rate") + 1])
+            message = measured(params, target).model_dump_json()
             api.objects[("v1", "Pod", ns, f"{name}-pod")] = {
                 "apiVersion": "v1",
                 "kind": "Pod",

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slotune import render, trials
+from slotune.capacity import Capacity, MeasureRequest
 from slotune.models import LLMDeploymentSpec, TuningStatus
 from slotune.tuner.records import Measurement, TrialRecord, TrialState
 
@@ -122,7 +123,8 @@ def load_pod(exit_code: int, message: str) -> dict[str, Any]:
 
 
 def test_a_finished_load_job_hands_back_its_measurement() -> None:
-    measured = Measurement(slo_percentiles={"ttft": 0.4, "tpot": 0.03}, goodput=1.9, completed=40)
+    found = Capacity(capacity=2.2, upper=2.5, target_rate=2.2, feasible=True, stopped="bracketed")
+    measured = Measurement(capacity=found, slo_percentiles={"ttft": 0.4, "tpot": 0.03})
     state = trials.LoadState.of(job(), [load_pod(0, measured.model_dump_json())])
     assert state.phase == "Done"
     assert state.measurement == measured
@@ -154,7 +156,13 @@ def record(number: int, state: TrialState, feasible: bool, score: float) -> Tria
         state=state,
         feasible=feasible,
         score=score,
-        measurement=Measurement(goodput=score) if state == TrialState.MEASURED else None,
+        measurement=Measurement(
+            capacity=Capacity(
+                capacity=score, upper=None, target_rate=1.0, feasible=feasible, stopped="-"
+            )
+        )
+        if state == TrialState.MEASURED
+        else None,
     )
 
 
@@ -200,7 +208,7 @@ def test_the_load_job_runs_the_operator_image_and_reports_through_its_terminatio
         image="slotune/operator:1",
         url="http://10.0.0.9:8000",
         workload=s.tuning.workload,
-        seed=1,
+        request=MeasureRequest(seed=1, target_rate=2.2, measure_ceiling=True),
         study=1,
         trial=4,
     )
@@ -211,5 +219,7 @@ def test_the_load_job_runs_the_operator_image_and_reports_through_its_terminatio
         container["args"][container["args"].index("--result-file") + 1]
         == (container["terminationMessagePath"])
     )
+    assert container["args"][container["args"].index("--target-rate") + 1] == "2.2"
+    assert "--measure-ceiling" in container["args"]
     assert job_obj["spec"]["backoffLimit"] == 0
     assert job_obj["metadata"]["name"] == "chat-load-1-4"

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from slotune.capacity import MeasureRequest, Probe, ProbeVerdict, capacity_of, next_probe
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
 from slotune.tuner.loop import Finished, Launch, Tuner, TunerOptions
+from slotune.tuner.measure import default_search
 from slotune.tuner.records import Measurement, MemoryStore, RecordStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU
 
@@ -71,20 +73,30 @@ class ScriptedRuntime:
         return FakeEngine(base_url=f"fake://{len(self.started)}")
 
 
-def measure_by_budget(configs: dict[str, dict[str, Any]]) -> Any:
-    """A smaller token budget lowers TPOT and raises TTFT, like chunked prefill does."""
+def true_capacity(budget: int) -> float:
+    """A scripted engine's capacity (req/s): a larger token budget stalls decodes (TPOT gives
+    out at a lower rate), a smaller one prefills less per step (TTFT gives out)."""
+    tpot_limited = 2.0 * 0.05 / (0.00002 * budget + 0.01)
+    ttft_limited = 2.0 * 2.0 / (200.0 / budget + 0.1)
+    return min(tpot_limited, ttft_limited)
 
-    def measure(base_url: str, seed: int) -> Measurement:
+
+def scripted_capacity(capacity_rate: float, request: MeasureRequest) -> Measurement:
+    """The real capacity search against a scripted engine: a probe passes at or below the
+    engine's capacity and fails above it."""
+    settings = default_search(request.target_rate, request.ceiling)
+    probes: list[Probe] = []
+    while (k := next_probe(settings, {p.k: p.verdict for p in probes})) is not None:
+        rate = settings.rate(k)
+        verdict = ProbeVerdict.PASS if rate <= capacity_rate else ProbeVerdict.FAIL
+        probes.append(Probe(k=k, rate=rate, sent_rate=rate, verdict=verdict, requests=80))
+    return Measurement(capacity=capacity_of(settings, probes), completed=80 * len(probes))
+
+
+def measure_by_budget(configs: dict[str, dict[str, Any]]) -> Any:
+    def measure(base_url: str, request: MeasureRequest) -> Measurement:
         budget = configs[base_url]["max_num_batched_tokens"]
-        tpot = 0.00002 * budget + 0.01
-        ttft = 200.0 / budget + 0.1
-        good = 2.0 if tpot <= 0.05 and ttft <= 2.0 else 0.5
-        return Measurement(
-            slo_percentiles={"ttft": ttft, "tpot": tpot},
-            request_throughput=2.0,
-            goodput=good - 0.0001 * abs(budget - 800),
-            completed=60,
-        )
+        return scripted_capacity(true_capacity(budget), request)
 
     return measure
 
@@ -120,7 +132,7 @@ def test_defaults_miss_and_the_tuner_finds_a_configuration_that_meets_the_slo(
     assert outcome.baseline is not None
     assert outcome.baseline.label == "vllm-defaults"
     assert outcome.baseline.params["max_num_batched_tokens"] == 2048
-    assert not outcome.baseline.feasible  # 2048 tokens: TPOT 51 ms > 50 ms
+    assert not outcome.baseline.feasible  # 2048 tokens: capacity 1.96 req/s < 2.2 needed
     assert outcome.winner is not None
     assert outcome.winner.feasible
     finalists = [r for r in outcome.records if r.phase == "finalist"]
@@ -208,7 +220,7 @@ def test_the_report_is_written_from_records(tmp_path: Path) -> None:
     page = write_report(
         tmp_path / "report", outcome.records, s.slo, tuner.space, title="t", summary="s"
     )
-    for name in ("history.png", "slo.png", "importance.png", "trials.txt"):
+    for name in ("capacity.png", "latency.png", "importance.png", "trials.txt"):
         assert (tmp_path / "report" / name).stat().st_size > 0
     html = page.read_text()
     assert html.count("data:image/png;base64,") == 3
@@ -243,7 +255,8 @@ def _stepwise_study(s: LLMDeploymentSpec) -> tuple[list[TrialRecord], Finished]:
             launch = Launch(TrialState.FAILED, cause=error.failure.describe())
         else:
             configs[engine.base_url] = runtime.started[-1]
-            launch = Launch(TrialState.MEASURED, measurement=measure(engine.base_url, planned.seed))
+            request = tuner.measure_request(planned)
+            launch = Launch(TrialState.MEASURED, measurement=measure(engine.base_url, request))
         records.append(tuner.outcome(planned, launch, 0.0))
 
 

@@ -121,7 +121,9 @@ class LocalRuntime:
         self._starts += 1
         port = free_port()
         log_path = self.work_dir / f"engine-{self._starts:03d}-{port}.log"
-        env = {**os.environ, **self.env, **dict(config.env)}
+        # Dev mode serves POST /reset_prefix_cache, which the capacity search calls between
+        # probes; the engine is a trial's, never a user-facing one.
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **self.env, **dict(config.env)}
         started = self.clock()
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(

@@ -19,9 +19,9 @@ from pydantic import ValidationError
 from slotune.models import LLMDeployment
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions
-from slotune.tuner.measure import LoadgenMeasure
+from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
-from slotune.tuner.report import format_table, table_rows, write_report
+from slotune.tuner.report import PLOTS, format_table, table_rows, write_report
 from slotune.tuner.space import PLATFORMS, describe_params
 
 
@@ -50,25 +50,40 @@ def load_deployment(path: Path) -> LLMDeployment:
     return deployment
 
 
+def _rate(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3g}"
+
+
 def _line(p: Progress) -> str:
     r = p.record
     m = r.measurement
     head = f"[{p.launched:>2}/{p.budget}] #{r.number:<2} {describe_params(r.params)}"
     if r.phase == "finalist":
         head += f" (re-measure of #{r.of_trial})"
-    if m is None:
+    if m is None or m.capacity is None:
         body = f"{r.state}: {(r.cause or '')[:140]}"
     else:
-        figures = "  ".join(
-            f"{name} p {value * 1000:.0f}ms" if value is not None else f"{name} -"
-            for name, value in m.slo_percentiles.items()
-        )
+        c = m.capacity
+        probes = " ".join(f"{q.rate:.3g}:{q.verdict.lower()}" for q in c.probes)
         body = (
-            f"{figures}  {m.request_throughput:.2f} req/s  goodput {m.goodput:.2f}  "
-            f"SLO {'met' if r.feasible else 'missed'}"
+            f"capacity {_rate(c.capacity)} req/s [{_rate(c.capacity)}, {_rate(c.upper)}) "
+            f"vs {_rate(c.target_rate)} needed: {'feasible' if r.feasible else 'infeasible'}"
+            f"  (probes {probes})"
         )
-    best = f"best #{p.best.number} {p.best.score:.2f}" if p.best else "best: none meets the SLO yet"
+    best = (
+        f"best #{p.best.number} {p.best.measurement.capacity_rate:.3g} req/s"
+        if p.best and p.best.measurement
+        else "best: none feasible yet"
+    )
     return f"{head}\n        {body}  |  {best}"
+
+
+def _capacity_text(record: TrialRecord) -> str:
+    m = record.measurement
+    if m is None or m.capacity is None:
+        return "not measured"
+    c = m.capacity
+    return f"{_rate(c.capacity)} req/s [{_rate(c.capacity)}, {_rate(c.upper)})"
 
 
 def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
@@ -79,30 +94,77 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
     lines.append(
         f"{launched} launched trials ({failed} failed to start), {rejected} rejected before launch."
     )
+    target = outcome.target_rate
+    workload_rate = deployment.spec.tuning.workload.request_rate or 0.0
+    lines.append(
+        f"Target: {target:.3g} req/s ({workload_rate:g} req/s with "
+        f"{deployment.spec.tuning.headroom:.0%} headroom) within every SLO target."
+    )
+    ceiling = outcome.ceiling
+    if ceiling is not None:
+        lines.append(
+            f"Ceiling (vLLM's defaults): prefill {ceiling.prefill_tps:.0f} prompt tokens/s, "
+            f"i.e. {ceiling.prefill_rate:.3g} req/s of these prompts; decode "
+            f"{ceiling.decode_tps:.0f} tokens/s at {ceiling.decode_concurrency} in flight."
+        )
 
-    def show(label: str, record: TrialRecord | None) -> None:
-        if record is None or record.measurement is None:
-            lines.append(f"{label}: not measured")
-            return
-        m = record.measurement
-        figures = ", ".join(
-            f"{k} p{deployment.spec.slo.targets()[k].percentile:g} "  # type: ignore[union-attr]
-            f"{v * 1000:.0f} ms"
-            if v is not None
-            else f"{k} -"
-            for k, v in m.slo_percentiles.items()
+    def of_ceiling(rate: float) -> str:
+        if ceiling is None or not ceiling.prefill_rate:
+            return ""
+        return f", {rate / ceiling.prefill_rate:.0%} of the prefill ceiling's rate"
+
+    baseline = outcome.baseline
+    if baseline is None:
+        lines.append("vLLM defaults: not measured")
+    else:
+        lines.append(
+            f"vLLM defaults (#{baseline.number}): capacity {_capacity_text(baseline)}"
+            f"{of_ceiling(baseline.measurement.capacity_rate if baseline.measurement else 0)}; "
+            f"{'feasible' if baseline.feasible else 'infeasible'}"
+        )
+    winner, confirmed = outcome.winner, outcome.confirmed
+    if winner is None or confirmed is None:
+        best = max(
+            (r for r in outcome.records if r.measurement is not None),
+            key=lambda r: r.measurement.capacity_rate if r.measurement else 0.0,
+            default=None,
         )
         lines.append(
-            f"{label} (#{record.number}, {describe_params(record.params)}): {figures}; "
-            f"goodput {m.goodput:.2f} req/s; SLO {'met' if record.feasible else 'MISSED'}"
+            "No configuration carries the target with headroom (confirmed by re-measurement)"
+            + (
+                f"; the best measured is #{best.number} ({describe_params(best.params)}) at "
+                f"{_capacity_text(best)}."
+                if best is not None
+                else "."
+            )
         )
-
-    show("vLLM defaults", outcome.baseline)
-    if outcome.winner is None:
-        lines.append("No configuration met the SLO (confirmed by re-measurement).")
-    else:
-        show("Winner", outcome.winner)
+        return "\n".join(lines)
+    lines.append(
+        f"Winner (#{winner.number}, {describe_params(winner.params)}): confirmed capacity "
+        f"{_rate(confirmed.capacity)} req/s [{_rate(confirmed.capacity)}, "
+        f"{_rate(confirmed.upper)}) over two measurements{of_ceiling(confirmed.capacity)}."
+    )
+    if baseline is not None and baseline.measurement and baseline.measurement.capacity:
+        base = baseline.measurement.capacity
+        if winner.label == "vllm-defaults":
+            lines.append("vLLM's defaults are the winner: no configuration beat them.")
+        elif base.capacity > 0:
+            above = base.upper is not None and confirmed.capacity >= base.upper
+            lines.append(
+                f"Winner / defaults: {confirmed.capacity / base.capacity:.2f}x capacity; "
+                + (
+                    "the winner's interval lies wholly above the defaults'."
+                    if above
+                    else "the two intervals overlap."
+                )
+            )
+        else:
+            lines.append("vLLM's defaults passed at no rate probed; the winner did.")
     return "\n".join(lines)
+
+
+def _show(line: str) -> None:
+    print(f"        {line}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     tuner = Tuner(
         spec,
         runtime=LocalRuntime(args.vllm_python, out / "engines", dummy_weights=args.dummy_weights),
-        measure=LoadgenMeasure(spec, served),
+        measure=CapacityMeasure(spec, served, log=_show),
         platform=platform,
         model=str(model),
         served_name=served,
@@ -177,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print(f"Search space: {', '.join(tuner.space)}", flush=True)
+    print(
+        f"Each trial measures capacity: the highest request rate at which every SLO target "
+        f"holds; feasible at {tuner.target_rate:.3g} req/s or more.",
+        flush=True,
+    )
     outcome = tuner.run(progress=lambda p: print(_line(p), flush=True))
     summary = _summary(outcome, deployment)
     report = write_report(
@@ -186,10 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         tuner.space,
         title=f"slotune study: {deployment.metadata.name}",
         summary=summary,
+        winner=outcome.winner,
     )
     print()
     print(format_table(table_rows(outcome.records, tuner.slo)))
     print()
     print(summary)
-    print(f"Report: {report} (plots: history.png, slo.png, importance.png)")
+    print(f"Report: {report} (plots: {', '.join(PLOTS)})")
     return 0 if outcome.winner is not None else 1

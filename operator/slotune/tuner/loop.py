@@ -2,10 +2,14 @@
 
 One trial: ask Optuna for a configuration, check vLLM's known rules (a configuration that breaks
 one is recorded as rejected and never launched), start it on the runtime (a start that fails is
-an infeasible observation with its cause), measure it under the workload, judge the SLO from
-per-request samples, tell Optuna. The study is seeded with vLLM's defaults and the current
-configuration, stops when the SLO is met and further trials stop paying (or at maxTrials), and
-re-measures its finalists before it declares a winner.
+an infeasible observation with its cause), measure its capacity under the workload (the
+highest rate at which every SLO target holds, `slotune.capacity`), tell Optuna. A configuration
+is feasible when its capacity reaches the target rate with headroom; feasible ones are ranked
+by capacity. The study is seeded with vLLM's defaults (whose trial also measures the engine's
+ceilings, once per study) and the current configuration; it stops at maxTrials, when further
+trials stop paying, or when the best carries all the prefill ceiling allows, and re-measures
+its finalists on a fresh schedule before it declares a winner: the best confirmed capacity,
+and among winners whose intervals overlap, the one closest to vLLM's defaults.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Literal
 import optuna
 from pydantic import ValidationError
 
+from slotune.capacity import Capacity, Ceiling, MeasureRequest, overlaps, required_rate
 from slotune.engine import vllm
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
@@ -25,8 +30,8 @@ from slotune.tuner import study as studies
 from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState
 from slotune.tuner.space import Platform, Space, build_space, clamp_into
 
-Measure = Callable[[str, int], Measurement]
-"""(engine base URL, workload seed) -> what the load run saw."""
+Measure = Callable[[str, MeasureRequest], Measurement]
+"""(engine base URL, what to measure) -> what the measurement saw."""
 
 MAX_REJECTIONS = 64
 
@@ -65,10 +70,12 @@ class NextTrial:
 
 @dataclass(frozen=True)
 class Finished:
-    """The study is over: its winner (None when no configuration was confirmed) and why."""
+    """The study is over: its winner (None when no configuration was confirmed), why, and
+    the winner's confirmed capacity (the lower of its two measurements)."""
 
     winner: TrialRecord | None
     stopped_because: str
+    confirmed: Capacity | None = None
 
 
 @dataclass
@@ -89,14 +96,29 @@ class Outcome:
     baseline: TrialRecord | None
     stopped_because: str
     space: dict[str, str] = field(default_factory=dict)
+    target_rate: float = 0.0
+    ceiling: Ceiling | None = None
+    confirmed: Capacity | None = None  # the winner's capacity, re-measured
 
 
-def _score(objective: str, measurement: Measurement, constraints: list[float]) -> float:
+def _score(objective: str, measurement: Measurement, bounds: dict[str, float]) -> float:
+    """Goodput: capacity (req/s); Throughput: output tokens/s at capacity; Latency: minus the
+    worst target's percentile over its bound, at the target rate."""
     if objective == "Throughput":
-        return measurement.request_throughput
+        return measurement.output_throughput
     if objective == "Latency":
-        return -max(constraints, default=0.0)
-    return measurement.goodput
+        ratios = [
+            (value or bounds[name] * 10) / bounds[name]
+            for name, value in measurement.slo_percentiles.items()
+            if name in bounds
+        ]
+        return -max(ratios, default=0.0)
+    return measurement.capacity_rate
+
+
+def overrides(params: dict[str, Any], defaults: dict[str, Any]) -> int:
+    """How many settings differ from vLLM's defaults (a tie goes to the fewest)."""
+    return sum(1 for name, value in params.items() if defaults.get(name) != value)
 
 
 class Tuner:
@@ -192,8 +214,45 @@ class Tuner:
             env=tuple((v.name, v.value) for v in self.spec.engine.env) + self.extra_env,
         )
 
-    def _launch(self, params: dict[str, Any], seed: int) -> Launch:
+    @property
+    def target_rate(self) -> float:
+        """The rate a feasible configuration carries (the workload's, with headroom)."""
+        rate = self.spec.tuning.workload.request_rate
+        if rate is None:
+            raise ValueError(
+                "the tuner measures capacity in requests/s: give tuning.workload.requestRate"
+            )
+        return required_rate(rate, self.spec.tuning.headroom)
+
+    def _measured_target(self) -> float:
+        found = (r.measurement.capacity for r in self.records if r.measurement is not None)
+        return next((c.target_rate for c in found if c is not None), 0.0)
+
+    @property
+    def ceiling(self) -> Ceiling | None:
+        """The engine's ceilings, measured once per study (on vLLM's defaults)."""
+        found = (r.measurement.ceiling for r in self.records if r.measurement is not None)
+        return next((c for c in found if c is not None), None)
+
+    def measure_request(self, planned: NextTrial, rate: float | None = None) -> MeasureRequest:
+        """What the measurement of a planned trial is asked: the rate to carry (from `rate`,
+        the live workload's, when given), and for the first launched trial (vLLM's defaults)
+        the ceilings too, when none is known yet."""
+        ceiling = self.ceiling
+        target = (
+            self.target_rate if rate is None else required_rate(rate, self.spec.tuning.headroom)
+        )
+        return MeasureRequest(
+            seed=planned.seed,
+            target_rate=target,
+            measure_ceiling=ceiling is None and planned.phase == "screen",
+            ceiling=ceiling,
+            precise=planned.label == "vllm-defaults",
+        )
+
+    def _launch(self, planned: NextTrial) -> Launch:
         """Starts, measures and stops one configuration."""
+        params = planned.params
         if self.runtime is None or self.measure is None:
             raise RuntimeError("this tuner only plans trials; it has no runtime to launch them")
         try:
@@ -204,7 +263,7 @@ class Tuner:
                 TrialState.FAILED, cause=failure.describe(), failure_kind=str(failure.kind)
             )
         try:
-            measurement = self.measure(engine.base_url, seed)
+            measurement = self.measure(engine.base_url, self.measure_request(planned))
         finally:
             engine.stop()
         return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
@@ -213,11 +272,12 @@ class Tuner:
         """The record of a planned trial, from how its launch fared (wherever it ran)."""
         measurement = launch.measurement
         if measurement is None:
-            constraints = studies.infeasible_constraints(self.slo)
+            constraints = studies.infeasible_constraints()
             score = 0.0
         else:
-            constraints = studies.slo_constraints(self.slo, measurement)
-            score = _score(self.spec.tuning.objective, measurement, constraints)
+            constraints = studies.capacity_constraints(measurement)
+            bounds = {name: t.max_seconds for name, t in self.slo.targets().items()}
+            score = _score(self.spec.tuning.objective, measurement, bounds)
         return TrialRecord(
             number=planned.number,
             phase=planned.phase,
@@ -245,7 +305,7 @@ class Tuner:
 
     def _run_trial(self, planned: NextTrial) -> TrialRecord:
         began = self.clock()
-        launch = self._launch(planned.params, planned.seed)
+        launch = self._launch(planned)
         record = self.outcome(planned, launch, self.clock() - began)
         self.record(record)
         return record
@@ -269,12 +329,23 @@ class Tuner:
         ]
         return len(later) >= self.options.patience
 
+    def _at_ceiling(self) -> bool:
+        """The best passed at the highest rate the prefill ceiling lets a probe ask: no
+        configuration can carry more, so no further trial can beat it."""
+        best = self._best()
+        if best is None or best.measurement is None or best.measurement.capacity is None:
+            return False
+        found = best.measurement.capacity
+        return found.upper is None and "ceiling" in found.stopped
+
     def _screening_stop(self) -> str | None:
         """Why screening is over, or None while it goes on."""
         budget = self.spec.tuning.max_trials
         rejected = sum(1 for r in self.records if r.state == TrialState.REJECTED)
         if rejected > MAX_REJECTIONS:
             return "the search space holds almost no valid configuration"
+        if self._at_ceiling():
+            return "the best configuration carries all the prefill ceiling allows"
         if self._stale():
             return f"SLO met and {self.options.patience} trials brought no improvement"
         if self._launched() >= max(budget - self.options.finalists, 1):
@@ -314,10 +385,13 @@ class Tuner:
         )[: self.options.finalists]
 
     def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
-        """Re-measures the best feasible configurations under a different arrival order;
-        the winner is the best worst case among those that stay feasible."""
+        """Re-measures the best feasible configurations on a fresh schedule (a new workload
+        seed) and a fresh engine. A finalist is confirmed when it is feasible both times; its
+        confirmed capacity is the lower of the two, its interval spans both. The winner is the
+        best confirmed capacity; among the confirmed whose intervals overlap the best's, the
+        one with the fewest overrides of vLLM's defaults."""
         budget = self.spec.tuning.max_trials
-        confirmed: list[tuple[float, TrialRecord]] = []
+        confirmed: list[tuple[Capacity, TrialRecord]] = []
         for candidate in self._finalists():
             previous = [
                 r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number
@@ -336,9 +410,16 @@ class Tuner:
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
             if again.feasible:
-                confirmed.append((min(candidate.score, again.score), candidate))
-        winner = max(confirmed, key=lambda pair: pair[0])[1] if confirmed else None
-        return Finished(winner=winner, stopped_because=stopped)
+                confirmed.append((_confirmed(candidate, again), candidate))
+        if not confirmed:
+            return Finished(winner=None, stopped_because=stopped)
+        best, _ = max(confirmed, key=lambda pair: pair[0].capacity)
+        tied = [pair for pair in confirmed if overlaps(pair[0], best)]
+        defaults = self.platform.defaults
+        chosen, winner = min(
+            tied, key=lambda pair: (overrides(pair[1].params, defaults), -pair[0].capacity)
+        )
+        return Finished(winner=winner, stopped_because=stopped, confirmed=chosen)
 
     def run(self, progress: Callable[[Progress], None] | None = None) -> Outcome:
         """Plans and runs trials on the runtime until the study ends."""
@@ -351,11 +432,31 @@ class Tuner:
                     progress(Progress(record, self._launched(), budget, candidate, "re-measured"))
                 else:
                     progress(Progress(record, self._launched(), budget, self._best()))
-        baseline = next((r for r in self.records if r.label == "vllm-defaults"), None)
+        baseline = next(
+            (r for r in self.records if r.label == "vllm-defaults" and r.phase == "screen"), None
+        )
         return Outcome(
             records=list(self.records),
             winner=planned.winner,
             baseline=baseline,
             stopped_because=planned.stopped_because,
             space={name: repr(dist) for name, dist in self.space.items()},
+            target_rate=self._measured_target(),
+            ceiling=self.ceiling,
+            confirmed=planned.confirmed,
         )
+
+
+def _confirmed(first: TrialRecord, again: TrialRecord) -> Capacity:
+    """A configuration's capacity over two measurements: the lower capacity, and the higher
+    upper bound, so the interval covers what both saw."""
+    a = first.measurement.capacity if first.measurement else None
+    b = again.measurement.capacity if again.measurement else None
+    if a is None or b is None:
+        found = a or b
+        if found is None:
+            raise ValueError("a feasible record has a measured capacity")
+        return found
+    lower = a if a.capacity <= b.capacity else b
+    upper = None if a.upper is None or b.upper is None else max(a.upper, b.upper)
+    return lower.model_copy(update={"upper": upper, "probes": []})

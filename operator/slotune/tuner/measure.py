@@ -1,98 +1,536 @@
-"""Measuring a running engine under the spec's workload, with the load generator."""
+"""Measuring a running engine's capacity under the spec's workload, with the load generator.
+
+One call measures one engine start: a warm-up, optionally the engine's ceilings (once per
+study), then the capacity search of `slotune.capacity`, one probe per rate. A probe is an
+open-loop stream at one rate in the workload's shape: a warm-up stretch that is not judged,
+the judged window, extensions while the verdict is open, and a tail that keeps the load on
+until the window's last request has finished (so the last requests are not measured on an
+emptying engine). Between probes the engine drains and its prefix cache is reset.
+
+The same search runs everywhere the tuner runs: `tune --local` calls `CapacityMeasure`, and in
+the cluster the trial's load Job runs `slotune trial-load`, which calls it and hands the
+result back as its termination message.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from slotune import loadgen
+from slotune import attainment, capacity, loadgen
+from slotune.capacity import (
+    Capacity,
+    Ceiling,
+    MeasureRequest,
+    Probe,
+    ProbeVerdict,
+    QueueSample,
+    SearchSettings,
+    TargetFigures,
+)
+from slotune.metrics import MetricsUnavailable, ScrapeSource
 from slotune.models import LLMDeploymentSpec, SloSpec, WorkloadSpec, seconds
-from slotune.slo import evaluate_samples
+from slotune.stats import percentile
 from slotune.tuner.records import Measurement
 
 WARMUP_REQUESTS = 4
+"""Sent one at a time on a fresh engine before anything is measured (the first requests of a
+new engine run slow), and timed to estimate an unloaded request's lifetime."""
 
 
-def loadgen_workload(workload: WorkloadSpec, seed: int) -> loadgen.Workload:
-    """The load generator's view of a Synthetic workload spec."""
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How long probes run. The judged window lasts at least `floor_s` and `lifetimes` request
+    lifetimes at that rate, and holds at least enough requests for a perfect run to resolve
+    the strictest target; an open verdict extends it by its own length, `max_extensions`
+    times at most."""
+
+    floor_s: float = 30.0
+    lifetimes: float = 4.0
+    warmup_lifetimes: float = 2.0
+    warmup_floor_s: float = 5.0
+    max_extensions: int = 2
+    confidence: float = attainment.CONFIDENCE
+    sample_every_s: float = 1.0
+    drain_timeout_s: float = 120.0
+    request_timeout_s: float = 300.0
+
+
+def _loadgen_workload(
+    workload: WorkloadSpec, seed: int, count: int, rate: float | None, concurrency: int | None
+) -> loadgen.Workload:
     if workload.prompt_tokens is None or workload.output_tokens is None:
         raise ValueError("a measured workload needs promptTokens and outputTokens")
-    duration = seconds(workload.duration)
-    if workload.request_rate is not None:
-        count = max(round(workload.request_rate * duration), 8)
-    else:
-        count = max(int((workload.concurrency or 1) * 4), 8)
     return loadgen.Workload(
         num_requests=count,
         seed=seed,
-        rate=workload.request_rate,
-        concurrency=workload.concurrency,
+        rate=rate,
+        concurrency=concurrency,
         prompt_tokens=workload.prompt_tokens.mean,
         prompt_spread=workload.prompt_tokens.spread,
         output_tokens=workload.output_tokens.mean,
         output_spread=workload.output_tokens.spread,
         shared_prefix_ratio=workload.shared_prefix_ratio,
-        warmup_requests=WARMUP_REQUESTS,
     )
 
 
-def _finite(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
-def reduce(results: list[loadgen.RequestResult], slo: SloSpec) -> Measurement:
-    """The figures the tuner decides on, from per-request samples."""
-    ok = [r for r in results if r.ok]
-    samples: dict[str, list[float]] = {
-        "ttft": [r.ttft for r in ok if r.ttft is not None],
-        "tpot": [t for r in ok if r.output_tokens > 1 and (t := r.tpot) is not None],
-        "itl": [gap for r in ok for gap in r.itls],  # every gap, as vLLM's ITL histogram
-        "e2e": [r.e2e for r in ok],
-    }
-    verdict = evaluate_samples(slo, samples)
-    thresholds = {name: t.max_seconds for name, t in slo.targets().items()}
-    summary = loadgen.summarize(results, thresholds)
-    return Measurement(
-        slo_percentiles={name: t.observed_seconds for name, t in verdict.targets.items()},
-        ttft_p95=_finite(summary.ttft.p95),
-        tpot_p95=_finite(summary.tpot.p95),
-        itl_p95=_finite(summary.itl.p95),
-        e2e_p95=_finite(summary.e2e.p95),
-        request_throughput=summary.request_throughput,
-        output_throughput=summary.output_throughput,
-        goodput=summary.goodput or 0.0,
-        completed=summary.completed,
-        failed=summary.failed,
-        send_rate=summary.send_rate,
-        scheduling_lag_p99=_finite(summary.scheduling_lag.p99),
-    )
+def _root(base_url: str) -> str:
+    return base_url.rstrip("/").removesuffix(loadgen.COMPLETIONS_PATH)
 
 
-class LoadgenMeasure:
-    """Drives the spec's workload at an engine's URL and reduces what it saw."""
+class _Engine:
+    """The engine's own side of a probe: its queue gauges, draining, the prefix-cache reset."""
 
-    def __init__(self, spec: LLMDeploymentSpec, served_name: str) -> None:
+    def __init__(self, base_url: str) -> None:
+        self.root = _root(base_url)
+        self.metrics = ScrapeSource(self.root + "/metrics", timeout=5.0)
+        self.reset_available: bool | None = None
+
+    def sample(self, at: float) -> QueueSample | None:
+        try:
+            scrape = self.metrics.scrape()
+        except MetricsUnavailable:
+            return None
+        waiting = scrape.value("vllm:num_requests_waiting")
+        if waiting is None:
+            return None
+        return QueueSample(at, waiting, scrape.value("vllm:kv_cache_usage_perc"))
+
+    def _progress(self) -> tuple[float, float] | None:
+        """(requests in the engine, tokens it has processed so far)."""
+        try:
+            scrape = self.metrics.scrape()
+        except MetricsUnavailable:
+            return None
+        running = scrape.value("vllm:num_requests_running")
+        waiting = scrape.value("vllm:num_requests_waiting")
+        prompt = scrape.value("vllm:prompt_tokens_total") or 0.0
+        generated = scrape.value("vllm:generation_tokens_total") or 0.0
+        if running is None or waiting is None:
+            return None
+        return running + waiting, prompt + generated
+
+    def drain(self, timeout: float) -> None:
+        """Waits until the engine is idle: no request running or waiting, or (the gauges are
+        only updated by engine steps) no token processed for a second."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            now = self._progress()
+            if now is None or now[0] == 0 or (last is not None and now[1] == last[1]):
+                return
+            last = now
+            time.sleep(1.0)
+
+    def reset_prefix_cache(self) -> None:
+        """vLLM serves POST /reset_prefix_cache with VLLM_SERVER_DEV_MODE=1; without it the
+        call is a 404 and the probes rely on fresh random prompts instead."""
+        if self.reset_available is False:
+            return
+        url = self.root + "/reset_prefix_cache"
+        request = urllib.request.Request(url, method="POST")  # noqa: S310 - the engine's URL
+        try:
+            with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - the engine's URL
+                self.reset_available = True
+        except (urllib.error.URLError, OSError):
+            self.reset_available = False
+
+
+class CapacityMeasure:
+    """Measures an engine's capacity under the spec's workload and SLO."""
+
+    def __init__(
+        self,
+        spec: LLMDeploymentSpec,
+        served_name: str,
+        *,
+        probes: ProbeSettings | None = None,
+        search: Callable[[float, Ceiling | None], SearchSettings] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         if spec.slo is None:
             raise ValueError("tuning needs spec.slo")
         self.slo = spec.slo
         self.workload = spec.tuning.workload
         self.served_name = served_name
+        self.probes = probes or ProbeSettings(floor_s=seconds(self.workload.duration))
+        self.search = search or default_search
+        self.log = log or (lambda _: None)
 
-    def __call__(self, base_url: str, seed: int) -> Measurement:
-        workload = loadgen_workload(self.workload, seed)
-        results = asyncio.run(loadgen.run_workload(base_url, self.served_name, workload))
-        return reduce(results, self.slo)
+    def __call__(self, base_url: str, request: MeasureRequest) -> Measurement:
+        return asyncio.run(self.measure(base_url, request))
+
+    async def measure(self, base_url: str, request: MeasureRequest) -> Measurement:
+        engine = _Engine(base_url)
+        lifetime = await self._warm_up(base_url)
+        ceiling = request.ceiling
+        if request.measure_ceiling:
+            ceiling = await measure_ceiling(
+                base_url, self.served_name, self.workload, engine, request.seed
+            )
+            self.log(
+                f"ceiling: prefill {ceiling.prefill_tps:.0f} tok/s "
+                f"({ceiling.prefill_rate:.3g} req/s), decode {ceiling.decode_tps:.0f} tok/s"
+            )
+        settings = self.search(request.target_rate, ceiling)
+        if request.precise:
+            settings = replace(settings, infeasible_precision=settings.precision)
+        probes: list[Probe] = []
+        while (k := capacity.next_probe(settings, {p.k: p.verdict for p in probes})) is not None:
+            probe, lifetime = await self._probe(
+                base_url=base_url,
+                engine=engine,
+                settings=settings,
+                k=k,
+                request=request,
+                lifetime=lifetime,
+            )
+            probes.append(probe)
+            self.log(
+                f"probe {settings.rate(k):.3g} req/s: {probe.verdict} "
+                f"({probe.requests} requests, {probe.seconds:.0f}s)"
+            )
+        result = capacity.capacity_of(settings, probes)
+        return measurement_of(self.slo, result, ceiling, engine.reset_available)
+
+    def engine(self, base_url: str) -> _Engine:
+        return _Engine(base_url)
+
+    async def warm_up(self, base_url: str) -> float:
+        return await self._warm_up(base_url)
+
+    async def _warm_up(self, base_url: str) -> float:
+        """A few requests one at a time; returns the median unloaded lifetime (s)."""
+        workload = _loadgen_workload(self.workload, 0, WARMUP_REQUESTS, None, 1)
+        results = await loadgen.run_workload(base_url, self.served_name, workload)
+        lifetimes = [r.e2e for r in results if r.ok]
+        return percentile(lifetimes, 50) if lifetimes else 1.0
+
+    def _window_requests(self, rate: float, lifetime: float) -> int:
+        duration = max(self.probes.floor_s, self.probes.lifetimes * lifetime)
+        z = attainment.z_value(self.probes.confidence)
+        strictest = max((t.percentile for t in self.slo.targets().values()), default=95.0)
+        return max(math.ceil(rate * duration), capacity.requests_to_resolve(strictest, z) + 4)
+
+    async def _probe(
+        self,
+        *,
+        base_url: str,
+        engine: _Engine,
+        settings: SearchSettings,
+        k: int,
+        request: MeasureRequest,
+        lifetime: float,
+    ) -> tuple[Probe, float]:
+        seed = capacity.schedule_seed(request.seed, k)
+        found = await self.probe(base_url, engine, k=k, rate=settings.rate(k), seed=seed,
+                                 lifetime=lifetime)  # fmt: skip
+        return found.probe, found.lifetime
+
+    async def probe(
+        self, base_url: str, engine: _Engine, *, k: int, rate: float, seed: int, lifetime: float
+    ) -> ProbeRun:
+        """One probe at `rate` on the schedule of `seed`; the engine drained and its prefix
+        cache reset afterwards."""
+        window = self._window_requests(rate, lifetime)
+        warmup = max(
+            4,
+            math.ceil(
+                rate * max(self.probes.warmup_floor_s, self.probes.warmup_lifetimes * lifetime)
+            ),
+        )
+        tail = math.ceil(rate * 3 * lifetime) + 4
+        segments = [warmup, window] + [window] * self.probes.max_extensions + [tail]
+        plans = loadgen.plan_requests(
+            _loadgen_workload(self.workload, seed, sum(segments), rate, None)
+        )
+        arrivals = capacity.scaled_arrivals(seed, rate, segments)
+        began = time.perf_counter()
+        results, verdict, extended, steady = await _run_probe(
+            base_url,
+            self.served_name,
+            self.slo,
+            engine,
+            plans=plans,
+            arrivals=arrivals,
+            first=warmup,
+            window=window,
+            max_extensions=self.probes.max_extensions,
+            settings=self.probes,
+        )
+        elapsed = time.perf_counter() - began
+        await asyncio.to_thread(engine.drain, self.probes.drain_timeout_s)
+        await asyncio.to_thread(engine.reset_prefix_cache)
+        probe = probe_record(
+            self.slo,
+            k,
+            rate,
+            results,
+            verdict=verdict,
+            extended=extended,
+            steady=steady,
+            elapsed=elapsed,
+        )
+        lifetimes = [r.e2e for r in results if r.ok]
+        if lifetimes:
+            lifetime = max(lifetime, percentile(lifetimes, 50))
+        return ProbeRun(probe, results, window, lifetime)
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """A probe's record, its judged requests (the first `window` are the base window, the
+    rest its extensions), and the request lifetime estimate it leaves for the next probe."""
+
+    probe: Probe
+    results: list[loadgen.RequestResult]
+    window: int
+    lifetime: float
+
+
+async def _run_probe(
+    base_url: str,
+    model: str,
+    slo: SloSpec,
+    engine: _Engine,
+    *,
+    plans: Sequence[loadgen.PlannedRequest],
+    arrivals: Sequence[float],
+    first: int,
+    window: int,
+    max_extensions: int,
+    settings: ProbeSettings,
+) -> tuple[list[loadgen.RequestResult], ProbeVerdict, int, capacity.Stationarity]:
+    """Sends the schedule open-loop until the judged window's verdict is in; returns the
+    window's results, the verdict, how often it was extended, and the steadiness check."""
+    clock = time.perf_counter
+    tasks: list[asyncio.Task[loadgen.RequestResult]] = []
+    samples: list[QueueSample] = []
+    stop = asyncio.Event()
+    async with loadgen.sender(
+        base_url, model, timeout_s=settings.request_timeout_s, clock=clock
+    ) as send:
+        start = clock()
+
+        async def send_all() -> None:
+            for plan, at in zip(plans, arrivals, strict=True):
+                delay = start + at - clock()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                if stop.is_set():
+                    return
+                tasks.append(asyncio.create_task(send(plan, start, at)))
+
+        async def sample_all() -> None:
+            while not stop.is_set():
+                found = await asyncio.to_thread(engine.sample, clock() - start)
+                if found is not None:
+                    samples.append(found)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), settings.sample_every_s)
+
+        sending = asyncio.create_task(send_all())
+        sampling = asyncio.create_task(sample_all())
+        end = first + window
+        extended = 0
+        try:
+            while True:
+                while len(tasks) < end and not sending.done():
+                    await asyncio.sleep(0.05)
+                judged = tasks[first:end]
+                if judged:
+                    await asyncio.wait(judged)
+                results = [t.result() for t in judged]
+                steady = capacity.stationarity(samples, arrivals[first], arrivals[end - 1])
+                verdict = capacity.probe_decision(
+                    attainment.judge_requests(slo, results, settings.confidence),
+                    steady,
+                    can_extend=extended < max_extensions and end + window <= len(plans),
+                )
+                if verdict is not None:
+                    return results, verdict, extended, steady
+                extended += 1
+                end += window
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(sending, sampling, *tasks, return_exceptions=True)
+
+
+def probe_record(
+    slo: SloSpec,
+    k: int,
+    rate: float,
+    results: Sequence[loadgen.RequestResult],
+    *,
+    verdict: ProbeVerdict,
+    extended: int,
+    steady: capacity.Stationarity,
+    elapsed: float,
+) -> Probe:
+    """A probe reduced to what the record keeps."""
+    ok = [r for r in results if r.ok]
+    judged = attainment.judge_requests(slo, results)
+    targets = {}
+    for name, a in judged.items():
+        values = [v for r in ok for v in attainment.SLO_METRICS[name].samples(r)]
+        targets[name] = TargetFigures(
+            good=a.good,
+            total=a.total,
+            low=round(a.low, 4),
+            high=round(a.high, 4),
+            value=_finite(percentile(values, a.percentile)) if values else None,
+        )
+    sends = [r.sent_at for r in results]
+    span = max(sends) - min(sends) if len(sends) > 1 else 0.0
+    done_at = [r.sent_at + r.e2e for r in ok]
+    busy = (max(done_at) - min(sends)) if ok else 0.0
+    ttfts = [r.ttft for r in ok if r.ttft is not None]
+    tpots = [t for r in ok if r.output_tokens > 1 and (t := r.tpot) is not None]
+    return Probe(
+        k=k,
+        rate=round(rate, 4),
+        sent_rate=round((len(sends) - 1) / span, 4) if span > 0 else 0.0,
+        verdict=verdict,
+        requests=len(results),
+        failed=len(results) - len(ok),
+        seconds=round(elapsed, 1),
+        extended=extended,
+        targets=targets,
+        ttft_p50=_finite(percentile(ttfts, 50)) if ttfts else None,
+        ttft_p95=_finite(percentile(ttfts, 95)) if ttfts else None,
+        tpot_p50=_finite(percentile(tpots, 50)) if tpots else None,
+        tpot_p95=_finite(percentile(tpots, 95)) if tpots else None,
+        output_tps=round(sum(r.output_tokens for r in ok) / busy, 2) if busy > 0 else 0.0,
+        steady=steady.reason,
+    )
+
+
+def default_search(target: float, ceiling: Ceiling | None) -> SearchSettings:
+    """Probes from the target rate; none above what the prefill ceiling allows (no
+    configuration can prefill faster than the engine's saturated prefill), none below 1/8 of
+    the target."""
+    top = ceiling.prefill_rate * 1.05 if ceiling is not None and ceiling.prefill_rate else None
+    return SearchSettings(
+        target_rate=target,
+        min_rate=target / 8,
+        max_rate=top if top is not None and top > target else None,
+    )
+
+
+def measurement_of(
+    slo: SloSpec, result: Capacity, ceiling: Ceiling | None, reset: bool | None
+) -> Measurement:
+    """The trial's measurement: its capacity, and the figures of its probe at the target rate
+    (what status and events show beside the capacity)."""
+    at_target = next((p for p in result.probes if p.k == 0), None)
+    figures = at_target.targets if at_target else {}
+    return Measurement(
+        capacity=result,
+        ceiling=ceiling,
+        prefix_cache_reset=reset,
+        slo_percentiles={n: figures[n].value if n in figures else None for n in slo.targets()},
+        ttft_p95=at_target.ttft_p95 if at_target else None,
+        tpot_p95=at_target.tpot_p95 if at_target else None,
+        request_throughput=at_target.sent_rate if at_target else 0.0,
+        output_throughput=result.tokens_per_s,
+        completed=sum(p.requests - p.failed for p in result.probes),
+        failed=sum(p.failed for p in result.probes),
+        send_rate=at_target.sent_rate if at_target else 0.0,
+    )
+
+
+# --- the ceilings ---------------------------------------------------------------------------
+
+PREFILL_CONCURRENCY = 8
+DECODE_CONCURRENCY = 64
+CEILING_SECONDS = 10.0
+
+
+def _steady_rate(results: Sequence[loadgen.RequestResult], skip: int, tokens: str) -> float:
+    """Tokens/s between the `skip`-th completion and the last, so the ramp is left out."""
+    done = sorted((r.sent_at + r.e2e, r) for r in results if r.ok)
+    if len(done) <= skip + 1:
+        return 0.0
+    begin = done[skip][0]
+    end = done[-1][0]
+    amount = sum(getattr(r, tokens) for _, r in done[skip + 1 :])
+    return amount / (end - begin) if end > begin else 0.0
+
+
+async def measure_ceiling(
+    base_url: str, model: str, workload: WorkloadSpec, engine: _Engine, seed: int
+) -> Ceiling:
+    """The engine's saturated prefill (the workload's prompts with max_tokens=1, closed loop)
+    and decode (16-token prompts with long outputs) throughputs, each run for about
+    CEILING_SECONDS after a calibration batch."""
+    if workload.prompt_tokens is None or workload.output_tokens is None:
+        raise ValueError("a measured workload needs promptTokens and outputTokens")
+    prefill_shape = loadgen.Workload(
+        num_requests=PREFILL_CONCURRENCY * 3,
+        seed=seed + 7,
+        concurrency=PREFILL_CONCURRENCY,
+        prompt_tokens=workload.prompt_tokens.mean,
+        prompt_spread=workload.prompt_tokens.spread,
+        output_tokens=1,
+    )
+    results = await loadgen.run_workload(base_url, model, prefill_shape)
+    calibrated = _steady_rate(results, PREFILL_CONCURRENCY, "prompt_tokens")
+    wanted = int(calibrated * CEILING_SECONDS / workload.prompt_tokens.mean) if calibrated else 0
+    if wanted > len(results):
+        results = await loadgen.run_workload(
+            base_url,
+            model,
+            loadgen.Workload(
+                **{**prefill_shape.__dict__, "num_requests": wanted + PREFILL_CONCURRENCY}
+            ),
+        )
+    prefill = _steady_rate(results, PREFILL_CONCURRENCY, "prompt_tokens")
+    await asyncio.to_thread(engine.drain, 60.0)
+    output = max(workload.output_tokens.mean * 2, 64)
+    decode_shape = loadgen.Workload(
+        num_requests=DECODE_CONCURRENCY * 2,
+        seed=seed + 8,
+        concurrency=DECODE_CONCURRENCY,
+        prompt_tokens=16,
+        output_tokens=output,
+    )
+    decoded = await loadgen.run_workload(base_url, model, decode_shape)
+    decode = _steady_rate(decoded, DECODE_CONCURRENCY // 2, "output_tokens")
+    await asyncio.to_thread(engine.drain, 60.0)
+    await asyncio.to_thread(engine.reset_prefix_cache)
+    return Ceiling(
+        prefill_tps=round(prefill, 1),
+        decode_tps=round(decode, 1),
+        decode_concurrency=DECODE_CONCURRENCY,
+        prompt_tokens=float(workload.prompt_tokens.mean),
+    )
+
+
+# --- the load Job ---------------------------------------------------------------------------
 
 
 def trial_load_main(argv: list[str]) -> int:
     """`slotune trial-load`: what a trial's load Job runs in the cluster.
 
-    Drives the engine at --url with the workload, reduces what it saw against the SLO and
-    writes the measurement as JSON to --result-file (the container's termination message,
-    which the operator reads back from the pod's status) and to stdout.
+    Measures the capacity of the engine at --url under the workload and SLO, and writes the
+    measurement as JSON to --result-file (the container's termination message, which the
+    operator reads back from the pod's status) and to stdout.
     """
     parser = argparse.ArgumentParser(prog="slotune trial-load", description=trial_load_main.__doc__)
     parser.add_argument("--url", required=True, help="the engine, e.g. http://10.0.0.7:8000")
@@ -100,16 +538,62 @@ def trial_load_main(argv: list[str]) -> int:
     parser.add_argument("--workload", required=True, help="spec.tuning.workload, as JSON")
     parser.add_argument("--slo", required=True, help="spec.slo, as JSON")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--target-rate", type=float, required=True, help="the rate to carry, headroom included"
+    )
+    parser.add_argument("--ceiling", help="the study's measured ceiling, as JSON")
+    parser.add_argument(
+        "--measure-ceiling", action="store_true", help="measure the engine's ceilings first"
+    )
+    parser.add_argument(
+        "--precise", action="store_true", help="bracket finely even when infeasible (baseline)"
+    )
     parser.add_argument("--result-file", type=Path, default=None)
     args = parser.parse_args(argv)
     workload = WorkloadSpec.model_validate_json(args.workload)
     slo = SloSpec.model_validate_json(args.slo)
-    results = asyncio.run(
-        loadgen.run_workload(args.url, args.model, loadgen_workload(workload, args.seed))
+    spec = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": args.model},
+            "slo": slo.model_dump(by_alias=True, exclude_none=True),
+            "tuning": {"workload": workload.model_dump(by_alias=True, exclude_none=True)},
+        }
     )
-    measurement = reduce(results, slo)
-    text = measurement.model_dump_json(exclude_none=True)
+    measure = CapacityMeasure(
+        spec, args.model, log=lambda line: print(line, file=sys.stderr, flush=True)
+    )
+    request = MeasureRequest(
+        seed=args.seed,
+        target_rate=args.target_rate,
+        measure_ceiling=args.measure_ceiling,
+        ceiling=Ceiling.model_validate_json(args.ceiling) if args.ceiling else None,
+        precise=args.precise,
+    )
+    measurement = measure(args.url, request)
+    text = compact(measurement)
     if args.result_file is not None:
         args.result_file.write_text(text)
     sys.stdout.write(text + "\n")
     return 0
+
+
+TERMINATION_MESSAGE_BYTES = 4096
+
+
+def compact(measurement: Measurement) -> str:
+    """The measurement as JSON within a termination message's 4096 bytes: the probes' figures
+    go first if it would not fit, then whole probes from the middle of the search (the
+    bracket's two ends are kept)."""
+    text = measurement.model_dump_json(exclude_none=True)
+    if len(text.encode()) <= TERMINATION_MESSAGE_BYTES or measurement.capacity is None:
+        return text
+    result = measurement.capacity
+    slim = [p.model_copy(update={"targets": {}, "steady": ""}) for p in result.probes]
+    while True:
+        trimmed = measurement.model_copy(
+            update={"capacity": result.model_copy(update={"probes": slim})}
+        )
+        text = trimmed.model_dump_json(exclude_none=True)
+        if len(text.encode()) <= TERMINATION_MESSAGE_BYTES or len(slim) <= 2:
+            return text
+        slim = slim[:1] + slim[2:]

@@ -13,6 +13,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from slotune.capacity import Capacity, Ceiling
+
 
 class TrialState(StrEnum):
     MEASURED = "Measured"  # the engine started and was measured (feasible or not)
@@ -21,10 +23,18 @@ class TrialState(StrEnum):
 
 
 class Measurement(BaseModel):
-    """What one load run saw, reduced to the figures the tuner decides on."""
+    """What one trial's measurement saw: its capacity (the rate search, every probe), the
+    engine's ceilings where this trial measured them, and the figures of the probe at the
+    target rate, which status and events show."""
 
+    capacity: Capacity | None = None
+    ceiling: Ceiling | None = None
+    prefix_cache_reset: bool | None = Field(
+        default=None, description="Whether the engine's prefix cache was reset between probes."
+    )
     slo_percentiles: dict[str, float | None] = Field(
-        default_factory=dict, description="Each SLO metric at its target percentile, seconds."
+        default_factory=dict,
+        description="Each SLO metric at its target percentile at the target rate, seconds.",
     )
     ttft_p95: float | None = None
     tpot_p95: float | None = None
@@ -32,11 +42,15 @@ class Measurement(BaseModel):
     e2e_p95: float | None = None
     request_throughput: float = 0.0
     output_throughput: float = 0.0
-    goodput: float = 0.0
     completed: int = 0
     failed: int = 0
     send_rate: float = 0.0
     scheduling_lag_p99: float | None = None
+
+    @property
+    def capacity_rate(self) -> float:
+        """Requests/s carried within every SLO target (0 when not even the lowest rate was)."""
+        return self.capacity.capacity if self.capacity is not None else 0.0
 
 
 class TrialRecord(BaseModel):

@@ -1,9 +1,10 @@
 """The study report: a table of trials and three plots, as PNG files and one HTML page.
 
-Plots: the optimisation history (score per trial, feasible or not, best so far); the first SLO
-metric against throughput with the SLO line, which shows the trade-off the tuner navigated;
-and Optuna's parameter importance. Everything is drawn from trial records alone, so a report
-can be made again from a finished (or interrupted) study's `trials.jsonl`.
+Plots: each trial's capacity with its interval, against the target rate and the prefill
+ceiling's rate; latency against offered rate (each SLO metric at its target percentile, at
+every probe) for vLLM's defaults and for the winner, with the SLO lines and the ceiling; and
+Optuna's parameter importance. Everything is drawn from trial records alone, so a report can
+be made again from a finished (or interrupted) study's `trials.jsonl`.
 """
 
 from __future__ import annotations
@@ -19,34 +20,47 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import optuna
 
+from slotune.capacity import Capacity, Ceiling
 from slotune.models import SloSpec
 from slotune.tuner.records import TrialRecord, TrialState
 from slotune.tuner.space import PARAM_SHORT, Space, describe_params
 from slotune.tuner.study import rebuild
+
+PLOTS = ("capacity.png", "latency.png", "importance.png")
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f}"
 
 
+def _capacity(record: TrialRecord) -> Capacity | None:
+    return record.measurement.capacity if record.measurement else None
+
+
+def _ceiling(records: Sequence[TrialRecord]) -> Ceiling | None:
+    found = (r.measurement.ceiling for r in records if r.measurement is not None)
+    return next((c for c in found if c is not None), None)
+
+
 def table_rows(records: Sequence[TrialRecord], slo: SloSpec) -> list[list[str]]:
-    header = ["#", "phase", "label", "configuration", "state"]
+    header = ["#", "phase", "label", "configuration", "state", "capacity req/s", "probes"]
     header += [
-        f"{name} p{t.percentile:g} ms (<= {t.max_seconds * 1000:g})"
+        f"{name} p{t.percentile:g} ms at target (<= {t.max_seconds * 1000:g})"
         for name, t in slo.targets().items()
     ]
-    header += ["req/s", "goodput", "SLO", "cause"]
+    header += ["feasible", "cause"]
     rows = [header]
     for r in records:
         m = r.measurement
+        c = _capacity(r)
         row = [str(r.number), r.phase, r.label or "", describe_params(r.params), str(r.state)]
+        if c is None:
+            row += ["-", "-"]
+        else:
+            top = f"{c.upper:.3g}" if c.upper is not None else "?"
+            row += [f"{c.capacity:.3g} [{c.capacity:.3g}, {top})", str(len(c.probes))]
         row += [_ms(m.slo_percentiles.get(name)) if m else "-" for name in slo.targets()]
-        row += [
-            f"{m.request_throughput:.2f}" if m else "-",
-            f"{m.goodput:.2f}" if m else "-",
-            "met" if r.feasible else "missed" if m else "-",
-            (r.cause or "")[:160],
-        ]
+        row += ["yes" if r.feasible else "no" if m else "-", (r.cause or "")[:160]]
         rows.append(row)
     return rows
 
@@ -60,105 +74,82 @@ def format_table(rows: list[list[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def plot_history(records: Sequence[TrialRecord], path: Path) -> None:
-    screen = [r for r in records if r.phase == "screen" and r.state != TrialState.REJECTED]
+def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
+    """Capacity per launched trial, the bar from the capacity to the first rate that failed."""
+    launched = [r for r in records if r.state != TrialState.REJECTED]
     fig, ax = plt.subplots(figsize=(7, 4))
-    best = float("-inf")
-    best_line = []
-    for r in screen:
-        if r.feasible:
-            best = max(best, r.score)
-        best_line.append(best if best != float("-inf") else None)
-    xs = [r.number for r in screen]
-    ax.scatter(
-        [r.number for r in screen if r.feasible],
-        [r.score for r in screen if r.feasible],
-        color="tab:green",
-        label="SLO met",
-        zorder=3,
-    )
-    ax.scatter(
-        [r.number for r in screen if not r.feasible and r.state == TrialState.MEASURED],
-        [r.score for r in screen if not r.feasible and r.state == TrialState.MEASURED],
-        color="tab:red",
-        label="SLO missed",
-        zorder=3,
-    )
-    failed = [r for r in screen if r.state == TrialState.FAILED]
-    ax.scatter(
-        [r.number for r in failed],
-        [0] * len(failed),
-        marker="x",
-        color="black",
-        label="failed to start",
-    )
-    ax.step(
-        xs,
-        [b if b is not None else float("nan") for b in best_line],
-        where="post",
-        color="tab:blue",
-        label="best (SLO met)",
-    )
+    target = next((c.target_rate for r in launched if (c := _capacity(r))), None)
+    for r in launched:
+        c = _capacity(r)
+        color = "tab:green" if r.feasible else "tab:red" if c else "black"
+        if c is None:
+            ax.scatter([r.number], [0], marker="x", color=color)
+            continue
+        top = c.upper if c.upper is not None else c.capacity
+        ax.plot([r.number, r.number], [c.capacity, top], color=color, linewidth=4, alpha=0.5)
+        marker = "s" if r.phase == "finalist" else "o"
+        ax.scatter([r.number], [c.capacity], color=color, marker=marker, zorder=3)
+        if r.label == "vllm-defaults" and r.phase == "screen":
+            ax.annotate("vLLM defaults", (r.number, c.capacity), fontsize=7, xytext=(4, -10),
+                        textcoords="offset points")  # fmt: skip
+    if target is not None:
+        ax.axhline(target, color="black", linestyle="--", label=f"target {target:.3g} req/s")
+    ceiling = _ceiling(records)
+    if ceiling is not None and ceiling.prefill_rate:
+        ax.axhline(
+            ceiling.prefill_rate,
+            color="tab:purple",
+            linestyle=":",
+            label=f"prefill ceiling {ceiling.prefill_rate:.3g} req/s",
+        )
+    ax.scatter([], [], color="tab:green", label="feasible")
+    ax.scatter([], [], color="tab:red", label="infeasible")
+    ax.scatter([], [], color="gray", marker="s", label="re-measure")
     ax.set_xlabel("trial")
-    ax.set_ylabel("score (goodput, req/s)")
-    ax.set_title("Optimisation history")
+    ax.set_ylabel("capacity (req/s within every SLO target)")
+    ax.set_title("Capacity per trial: [highest rate passed, first rate not passed)")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def binding_target(records: Sequence[TrialRecord], slo: SloSpec) -> str:
-    """The SLO metric that most often decided a trial's fate (most misses)."""
-    names = list(slo.targets())
-    measured = [r for r in records if r.measurement is not None]
-    misses = {
-        name: sum(1 for r in measured if r.constraints and r.constraints[i] > 0)
-        for i, name in enumerate(names)
-    }
-    return max(names, key=lambda name: misses[name])
-
-
-def plot_slo_tradeoff(records: Sequence[TrialRecord], slo: SloSpec, path: Path) -> None:
-    name = binding_target(records, slo)
-    target = slo.targets()[name]
-    measured = [r for r in records if r.measurement is not None]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for feasible, color, label in (
-        (True, "tab:green", "SLO met"),
-        (False, "tab:red", "SLO missed"),
-    ):
-        points = [r for r in measured if r.feasible == feasible]
-        ax.scatter(
-            [r.measurement.request_throughput for r in points if r.measurement],
-            [
-                (r.measurement.slo_percentiles.get(name) or float("nan"))
-                for r in points
-                if r.measurement
-            ],
-            color=color,
-            label=label,
-            zorder=3,
-        )
-        for r in points:
-            if r.measurement and r.measurement.slo_percentiles.get(name) is not None:
-                ax.annotate(
-                    str(r.number),
-                    (r.measurement.request_throughput, r.measurement.slo_percentiles[name] or 0),
-                    fontsize=7,
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                )
-    ax.axhline(
-        target.max_seconds,
-        color="black",
-        linestyle="--",
-        label=f"SLO: p{target.percentile:g} {name} <= {target.max_seconds:g}s",
+def plot_latency(
+    records: Sequence[TrialRecord], slo: SloSpec, winner: TrialRecord | None, path: Path
+) -> None:
+    """Each SLO metric at its target percentile against the offered rate, at every probe, for
+    vLLM's defaults and the winner: the curves whose crossing of the SLO line is the capacity."""
+    targets = list(slo.targets().items())
+    fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
+    baseline = next(
+        (r for r in records if r.label == "vllm-defaults" and r.phase == "screen"), None
     )
-    ax.set_xlabel("request throughput (req/s)")
-    ax.set_ylabel(f"{name} p{target.percentile:g} (s)")
-    ax.set_title(f"{name.upper()} p{target.percentile:g} against throughput")
-    ax.legend(loc="best", fontsize=8)
+    shown = [(baseline, "vLLM defaults", "tab:red")]
+    if winner is not None and winner is not baseline:
+        shown.append((winner, f"winner #{winner.number}", "tab:green"))
+    ceiling = _ceiling(records)
+    for ax, (name, target) in zip(axes[0], targets, strict=True):
+        for record, label, color in shown:
+            c = _capacity(record) if record else None
+            if c is None:
+                continue
+            points = sorted(
+                (p.rate, p.targets[name].value, p.verdict)
+                for p in c.probes
+                if name in p.targets and p.targets[name].value is not None
+            )
+            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], "-o", color=color,
+                    label=f"{label}: capacity {c.capacity:.3g} req/s")  # fmt: skip
+        ax.axhline(target.max_seconds, color="black", linestyle="--",
+                   label=f"SLO p{target.percentile:g} <= {target.max_seconds:g}s")  # fmt: skip
+        if ceiling is not None and ceiling.prefill_rate:
+            ax.axvline(ceiling.prefill_rate, color="tab:purple", linestyle=":",
+                       label="prefill ceiling")  # fmt: skip
+        ax.set_yscale("log")
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel(f"{name} p{target.percentile:g} (s)")
+        ax.set_title(f"{name.upper()} p{target.percentile:g} against offered rate")
+        ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -188,7 +179,7 @@ def plot_importance(records: Sequence[TrialRecord], space: Space, slo: SloSpec, 
     else:
         ax.text(0.5, 0.5, note or "no varying parameter", ha="center", va="center", wrap=True)
         ax.set_axis_off()
-    ax.set_title("Parameter importance for the score")
+    ax.set_title("Parameter importance for capacity")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -203,18 +194,19 @@ def write_report(
     *,
     title: str,
     summary: str,
+    winner: TrialRecord | None = None,
 ) -> Path:
-    """Writes history.png, slo.png, importance.png, trials.txt and report.html."""
+    """Writes capacity.png, latency.png, importance.png, trials.txt and report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot_history(records, out_dir / "history.png")
-    plot_slo_tradeoff(records, slo, out_dir / "slo.png")
+    plot_capacity(records, out_dir / "capacity.png")
+    plot_latency(records, slo, winner, out_dir / "latency.png")
     plot_importance(records, space, slo, out_dir / "importance.png")
     rows = table_rows(records, slo)
     (out_dir / "trials.txt").write_text(format_table(rows) + "\n")
     images = "".join(
         f'<img alt="{name}" src="data:image/png;base64,'
         f'{base64.b64encode((out_dir / name).read_bytes()).decode()}">'
-        for name in ("history.png", "slo.png", "importance.png")
+        for name in PLOTS
     )
     table = (
         "<table>"

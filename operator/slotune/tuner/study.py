@@ -13,30 +13,26 @@ from slotune.models import SloSpec
 from slotune.tuner.records import Measurement, TrialRecord
 from slotune.tuner.space import Space
 
-# A failed or rejected configuration violates every constraint by this much: far worse than
-# any measured miss, so the sampler learns to stay away from the region.
+# A failed or rejected configuration violates the constraint by this much: far worse than any
+# measured capacity (whose violation is at most 1), so the sampler learns to avoid the region.
 INFEASIBLE = 10.0
 CONSTRAINTS_ATTR = "constraints"
 
 
-def slo_constraints(slo: SloSpec, measurement: Measurement) -> list[float]:
-    """One value per target, (measured - bound) / bound: feasible when every value is <= 0."""
-    values = []
-    for name, target in slo.targets().items():
-        observed = measurement.slo_percentiles.get(name)
-        values.append(
-            INFEASIBLE if observed is None else (observed - target.max_seconds) / target.max_seconds
-        )
-    return values
+def capacity_constraints(measurement: Measurement) -> list[float]:
+    """One value, (target - capacity) / target, with the target rate the measurement was
+    asked to carry: feasible when it is <= 0, and larger the further capacity falls short."""
+    if measurement.capacity is None:
+        return infeasible_constraints()
+    target = measurement.capacity.target_rate
+    return [(target - measurement.capacity_rate) / target]
 
 
-def infeasible_constraints(slo: SloSpec) -> list[float]:
-    return [INFEASIBLE] * len(slo.targets())
+def infeasible_constraints() -> list[float]:
+    return [INFEASIBLE]
 
 
-def constraint_names(slo: SloSpec) -> list[str]:
-    """One named constraint per SLO target, e.g. `slo:ttft`."""
-    return [f"slo:{name}" for name in slo.targets()]
+CONSTRAINT_NAMES = ["capacity"]
 
 
 def create_study(
@@ -61,7 +57,7 @@ def create_study(
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, record: TrialRecord, slo: SloSpec) -> None:
-    for name, value in zip(constraint_names(slo), record.constraints, strict=True):
+    for name, value in zip(CONSTRAINT_NAMES, record.constraints, strict=True):
         trial.set_constraint(name, value)
     trial.set_user_attr(CONSTRAINTS_ATTR, record.constraints)
     trial.set_user_attr("state", str(record.state))
@@ -76,6 +72,11 @@ def rebuild(study: optuna.Study, space: Space, slo: SloSpec, records: Sequence[T
     screening = [r for r in records if r.phase == "screen"]
     added = 0
     for record in screening[known:]:
+        if len(record.constraints) != len(CONSTRAINT_NAMES):
+            raise ValueError(
+                f"trial {record.number} was recorded by an older slotune (one constraint per SLO "
+                "target, no capacity): start a new study in another folder"
+            )
         params = {k: v for k, v in record.params.items() if k in space}
         study.add_trial(
             optuna.trial.create_trial(
@@ -84,7 +85,7 @@ def rebuild(study: optuna.Study, space: Space, slo: SloSpec, records: Sequence[T
                 params=params,
                 distributions={k: space[k] for k in params},
                 user_attrs={CONSTRAINTS_ATTR: record.constraints, "state": str(record.state)},
-                constraints=dict(zip(constraint_names(slo), record.constraints, strict=True)),
+                constraints=dict(zip(CONSTRAINT_NAMES, record.constraints, strict=True)),
             )
         )
         added += 1

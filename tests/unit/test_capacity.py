@@ -1,0 +1,265 @@
+"""The decision core of a trial: attainment intervals, probe verdicts, the steadiness check,
+the schedule's common random numbers, and the bracket-then-bisect search on a scripted
+engine."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from slotune import capacity
+from slotune.attainment import (
+    Attainment,
+    Verdict,
+    judge_requests,
+    tally,
+    wilson_interval,
+    z_value,
+)
+from slotune.capacity import (
+    Capacity,
+    Probe,
+    ProbeVerdict,
+    QueueSample,
+    SearchSettings,
+    bracket,
+    capacity_of,
+    next_probe,
+    overlaps,
+    probe_decision,
+    requests_to_resolve,
+    scaled_arrivals,
+    stationarity,
+)
+from slotune.models import SloSpec
+
+# --- the interval -------------------------------------------------------------------------------
+
+
+def test_wilson_matches_the_textbook_values() -> None:
+    # Wilson (1927) / Newcombe (1998) example: 81 of 263 at 95%.
+    low, high = wilson_interval(81, 263)
+    assert low == pytest.approx(0.2553, abs=5e-4)
+    assert high == pytest.approx(0.3662, abs=5e-4)
+    assert z_value(0.95) == pytest.approx(1.959964, abs=1e-6)
+
+
+def test_wilson_at_the_edges_stays_inside_zero_and_one() -> None:
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    low, high = wilson_interval(20, 20)
+    assert high == 1.0
+    assert low == pytest.approx(20 / (20 + z_value(0.95) ** 2))
+    low, high = wilson_interval(0, 20)
+    assert low == pytest.approx(0.0, abs=1e-12)
+    assert 0 < high < 0.2
+    with pytest.raises(ValueError, match="good <= total"):
+        wilson_interval(3, 2)
+
+
+def test_the_interval_covers_the_true_attainment_about_as_often_as_it_claims() -> None:
+    rng = random.Random(5)  # noqa: S311 - reproducible test data
+    p, n, runs = 0.95, 120, 2000
+    covered = 0
+    for _ in range(runs):
+        good = sum(rng.random() < p for _ in range(n))
+        low, high = wilson_interval(good, n)
+        covered += low <= p <= high
+    # Binomial standard error of a 95% rate over 2000 runs is 0.5%: 4 of them either side.
+    assert 0.93 <= covered / runs <= 0.97
+
+
+def test_a_perfect_run_resolves_only_with_enough_requests() -> None:
+    z = z_value(0.95)
+    needed = requests_to_resolve(95, z)
+    assert needed == 73
+    slo_target = 0.95
+    assert wilson_interval(needed, needed)[0] >= slo_target
+    assert wilson_interval(needed - 1, needed - 1)[0] < slo_target
+
+
+def attainment(good: int, total: int, percentile: float = 95) -> Attainment:
+    low, high = wilson_interval(good, total)
+    return Attainment("ttft", percentile, 2.0, good, total, low, high)
+
+
+def test_verdicts_are_given_only_when_the_interval_is_on_one_side() -> None:
+    assert attainment(100, 100).verdict == Verdict.PASS
+    assert attainment(80, 100).verdict == Verdict.FAIL
+    assert attainment(95, 100).verdict == Verdict.UNRESOLVED  # exactly p95: open
+    assert attainment(40, 40).verdict == Verdict.UNRESOLVED  # too few to tell
+    assert attainment(0, 0).verdict == Verdict.UNRESOLVED
+
+
+# --- one definition per SLO metric ----------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    ttft: float | None
+    e2e: float
+    itls: list[float] = field(default_factory=list)
+    output_tokens: int = 5
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ttft is None:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+def test_failed_requests_count_against_every_metric() -> None:
+    results = [
+        Result(ttft=0.5, e2e=0.9, itls=[0.1] * 4),
+        Result(ttft=None, e2e=30.0, error="timeout"),
+    ]
+    assert tally("ttft", results, 1.0) == (1, 2)
+    assert tally("tpot", results, 1.0) == (1, 2)
+    assert tally("e2e", results, 1.0) == (1, 2)
+    # ITL is judged per gap, as vLLM's histogram counts it: 4 good gaps, 1 failed request.
+    assert tally("itl", results, 0.2) == (4, 5)
+
+
+def test_itl_is_every_gap_not_each_requests_largest() -> None:
+    # One slow gap in each of 10 requests of 20 gaps: 5% of gaps over the bound, though
+    # every request's largest gap is.
+    results = [Result(ttft=0.1, e2e=3.0, itls=[0.05] * 19 + [0.5], output_tokens=21)] * 10
+    good, total = tally("itl", results, 0.1)
+    assert (good, total) == (190, 200)
+    slo = SloSpec.model_validate({"itl": {"percentile": 90, "maxSeconds": 0.1}})
+    assert judge_requests(slo, results)["itl"].verdict == Verdict.PASS
+
+
+# --- a probe's verdict and steadiness -------------------------------------------------------------
+
+
+def test_a_rising_queue_is_not_steady_and_a_noisy_flat_one_is() -> None:
+    rising = [QueueSample(t, waiting=t * 0.8, kv_usage=0.3) for t in range(30)]
+    assert not stationarity(rising, 0, 29).stationary
+    rng = random.Random(1)  # noqa: S311 - reproducible test data
+    flat = [QueueSample(t, waiting=rng.choice([0, 1, 2, 3, 4])) for t in range(30)]
+    assert stationarity(flat, 0, 29).stationary
+    climbing_kv = [QueueSample(t, waiting=0, kv_usage=0.2 + t / 40) for t in range(30)]
+    steady = stationarity(climbing_kv, 0, 29)
+    assert not steady.stationary
+    assert "KV" in steady.reason
+    assert stationarity([QueueSample(0, 5)], 0, 10).stationary  # too few scrapes: not judged
+
+
+def test_an_open_or_unsteady_probe_is_extended_then_reported_as_such() -> None:
+    steady = capacity.Stationarity(True, "steady")
+    rising = capacity.Stationarity(False, "rising")
+    passing = {"ttft": attainment(100, 100)}
+    open_ = {"ttft": attainment(95, 100)}
+    failing = {"ttft": attainment(50, 100)}
+    assert probe_decision(passing, steady, can_extend=True) == ProbeVerdict.PASS
+    assert probe_decision(failing, rising, can_extend=True) == ProbeVerdict.FAIL
+    assert probe_decision(open_, steady, can_extend=True) is None
+    assert probe_decision(open_, steady, can_extend=False) == ProbeVerdict.UNRESOLVED
+    assert probe_decision(passing, rising, can_extend=True) is None
+    assert probe_decision(passing, rising, can_extend=False) == ProbeVerdict.UNSTABLE
+
+
+# --- common random numbers ------------------------------------------------------------------------
+
+
+def test_every_segment_of_a_schedule_sends_at_exactly_its_rate() -> None:
+    times = scaled_arrivals(7, 4.0, [10, 80, 80])
+    assert len(times) == 170
+    assert times == sorted(times)
+    # Segment starts: each m-request segment spans m / rate seconds.
+    assert times[10] == pytest.approx(10 / 4.0)
+    assert times[90] == pytest.approx(90 / 4.0)
+    assert scaled_arrivals(7, 4.0, [10, 80, 80]) == times  # same seed, same arrivals
+    assert scaled_arrivals(8, 4.0, [10, 80, 80]) != times
+
+
+def test_the_schedule_of_a_rate_is_shared_by_every_configuration_of_a_study() -> None:
+    assert capacity.schedule_seed(1, 3) == capacity.schedule_seed(1, 3)
+    assert capacity.schedule_seed(1, 3) != capacity.schedule_seed(2, 3)  # a re-measure
+    assert capacity.schedule_seed(1, 3) != capacity.schedule_seed(1, 4)
+
+
+# --- the search on a scripted engine --------------------------------------------------------------
+
+
+def search(settings: SearchSettings, true_capacity: float, noise: float = 0.0) -> Capacity:
+    """The search against an engine that passes every rate at or below its capacity."""
+    rng = random.Random(3)  # noqa: S311 - reproducible test data
+    probes: list[Probe] = []
+    while (k := next_probe(settings, {p.k: p.verdict for p in probes})) is not None:
+        rate = settings.rate(k)
+        seen = true_capacity * (1 + rng.uniform(-noise, noise))
+        verdict = ProbeVerdict.PASS if rate <= seen else ProbeVerdict.FAIL
+        probes.append(Probe(k=k, rate=rate, sent_rate=rate, verdict=verdict, requests=80))
+    return capacity_of(settings, probes)
+
+
+@pytest.mark.parametrize("true_capacity", [2.3, 3.0, 4.4, 7.9, 15.0])
+def test_a_feasible_engine_is_bracketed_to_one_step(true_capacity: float) -> None:
+    settings = SearchSettings(target_rate=2.0, min_rate=0.25)
+    found = search(settings, true_capacity)
+    assert found.feasible
+    assert found.upper is not None
+    assert found.capacity <= true_capacity < found.upper
+    assert found.upper / found.capacity == pytest.approx(settings.step)
+    assert len(found.probes) <= settings.max_probes
+    assert found.stopped == "bracketed"
+
+
+def test_an_infeasible_engine_stops_at_a_coarse_bracket() -> None:
+    settings = SearchSettings(target_rate=2.0, min_rate=0.25)
+    found = search(settings, 1.1)
+    assert not found.feasible
+    assert found.capacity <= 1.1 < (found.upper or math.inf)
+    assert len(found.probes) <= 3  # the target, a jump down, at most one more
+
+
+def test_the_baseline_is_bracketed_finely_even_when_infeasible() -> None:
+    settings = SearchSettings(target_rate=2.0, min_rate=0.25, infeasible_precision=1)
+    found = search(settings, 1.1)
+    assert found.upper is not None
+    assert found.upper / found.capacity == pytest.approx(settings.step)
+
+
+def test_no_probe_is_sent_above_the_ceiling_or_below_the_floor() -> None:
+    capped = SearchSettings(target_rate=2.0, max_rate=5.0)
+    found = search(capped, 100.0)
+    assert all(p.rate <= 5.0 for p in found.probes)
+    assert found.upper is None
+    assert "ceiling" in found.stopped
+    floored = SearchSettings(target_rate=2.0, min_rate=0.5)
+    nothing = search(floored, 0.1)
+    assert nothing.capacity == 0.0
+    assert all(p.rate >= 0.5 - 1e-9 for p in nothing.probes)
+
+
+def test_unresolved_and_unstable_probes_never_count_as_a_pass() -> None:
+    outcomes = {0: ProbeVerdict.PASS, 4: ProbeVerdict.UNRESOLVED, 2: ProbeVerdict.UNSTABLE}
+    assert bracket(outcomes) == capacity.Bracket(passed=0, blocked=2)
+    # A pass above a failure (noise at the boundary) does not raise the capacity.
+    noisy = {0: ProbeVerdict.PASS, 2: ProbeVerdict.FAIL, 3: ProbeVerdict.PASS}
+    assert bracket(noisy) == capacity.Bracket(passed=0, blocked=2)
+
+
+def test_the_probe_budget_ends_a_search_and_says_so() -> None:
+    settings = SearchSettings(target_rate=2.0, max_probes=2)
+    found = search(settings, 3.1)
+    assert len(found.probes) == 2
+    assert "budget" in found.stopped
+
+
+def test_overlapping_intervals() -> None:
+    def cap(low: float, high: float | None) -> Capacity:
+        return Capacity(capacity=low, upper=high, target_rate=1, feasible=True, stopped="-")
+
+    assert overlaps(cap(1, 2), cap(1.5, 3))
+    assert not overlaps(cap(1, 2), cap(2, 3))
+    assert overlaps(cap(1, None), cap(5, 6))
