@@ -368,8 +368,8 @@ def capacity_of(settings: SearchSettings, probes: Sequence[Probe]) -> Capacity:
     b = bracket(outcomes)
     passed = next((p for p in probes if p.k == b.passed), None)
     return Capacity(
-        capacity=settings.rate(b.passed) if b.passed is not None else 0.0,
-        upper=settings.rate(b.blocked) if b.blocked is not None else None,
+        capacity=round(settings.rate(b.passed), 6) if b.passed is not None else 0.0,
+        upper=round(settings.rate(b.blocked), 6) if b.blocked is not None else None,
         target_rate=settings.target_rate,
         feasible=outcomes.get(0) == ProbeVerdict.PASS,
         stopped=stop_reason(settings, outcomes),

@@ -84,7 +84,9 @@ def _loadgen_workload(
 
 
 def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else value
+    """Five significant digits (a record is read by people and fits a termination message);
+    None for NaN."""
+    return None if math.isnan(value) else float(f"{value:.5g}")
 
 
 def _root(base_url: str) -> str:

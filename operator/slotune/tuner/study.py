@@ -24,8 +24,10 @@ def capacity_constraints(measurement: Measurement) -> list[float]:
     asked to carry: feasible when it is <= 0, and larger the further capacity falls short."""
     if measurement.capacity is None:
         return infeasible_constraints()
-    target = measurement.capacity.target_rate
-    return [(target - measurement.capacity_rate) / target]
+    found = measurement.capacity
+    shortfall = (found.target_rate - found.capacity) / found.target_rate
+    # The search's own verdict at the target rate decides the sign (rates are rounded).
+    return [min(shortfall, 0.0) if found.feasible else max(shortfall, 1e-6)]
 
 
 def infeasible_constraints() -> list[float]:
