@@ -41,8 +41,9 @@ engine: setup     ## the engine tests (real vLLM CPU engine, real Prometheus)
 	scripts/setup.sh --with-engine
 	$(PY) -m pytest tests/engine
 
-bench: setup      ## benchmarks that print figures (load generator overhead; tuner comparison)
+bench: setup      ## benchmarks that print figures (load generator; capacity repeatability; tuners)
 	$(PY) bench/loadgen_overhead.py
+	$(PY) bench/capacity_repeatability.py
 	$(PY) bench/tuner_comparison.py
 
 clean:

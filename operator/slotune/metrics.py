@@ -19,10 +19,7 @@ from enum import IntFlag
 from typing import Any, Literal
 
 import requests
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from prometheus_api_client.prometheus_connect import PrometheusConnect
 from prometheus_client.parser import text_string_to_metric_families
-from urllib3.util.retry import Retry
 
 from slotune.models import seconds
 
@@ -658,6 +655,13 @@ class PrometheusSource:
     """Reads vLLM and DCGM metrics from a Prometheus server."""
 
     def __init__(self, url: str, *, timeout: int = 10) -> None:
+        # The query client is loaded here, not with the module: what only scrapes an engine's
+        # /metrics (a trial's load Job, `tune --local` on a GPU machine) does not need it.
+        from prometheus_api_client.prometheus_connect import (  # noqa: PLC0415
+            PrometheusConnect,
+        )
+        from urllib3.util.retry import Retry  # noqa: PLC0415
+
         self.url = url.rstrip("/")
         # No retries: an unreachable Prometheus is reported at once, the caller retries later.
         self._client = PrometheusConnect(
@@ -668,6 +672,10 @@ class PrometheusSource:
         self._client.close()
 
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        from prometheus_api_client.exceptions import (  # noqa: PLC0415
+            PrometheusApiClientException,
+        )
+
         try:
             return call(*args, **kwargs)
         except (requests.RequestException, PrometheusApiClientException, ValueError) as err:

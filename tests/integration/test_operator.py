@@ -76,7 +76,9 @@ def test_creates_deployment_and_service_with_the_right_shape(
 
     table = cluster.kubectl("get", "llmd", "chat", "-n", namespace).stdout
     header, row = table.splitlines()[:2]
-    assert header.split() == ["NAME", "PHASE", "READY", "TTFT-P95", "SLO-MET", "TRIALS", "AGE"]
+    assert header.split() == [
+        "NAME", "PHASE", "READY", "TTFT-P95", "SLO-MET", "TRIALS", "CAPACITY", "AGE",
+    ]  # fmt: skip
     assert row.split()[:4] == ["chat", "Deploying", "0/1", "-/2s"]
 
     events = cluster.kubectl(

@@ -263,3 +263,17 @@ def test_overlapping_intervals() -> None:
     assert overlaps(cap(1, 2), cap(1.5, 3))
     assert not overlaps(cap(1, 2), cap(2, 3))
     assert overlaps(cap(1, None), cap(5, 6))
+
+
+def test_one_definition_per_slo_metric_everywhere() -> None:
+    """The attainment registry, the API's targets, on-call's histograms and the custom-bucket
+    families name the same metrics the same way: forgetting one place fails here."""
+    from slotune.attainment import SLO_METRICS  # noqa: PLC0415
+    from slotune.metrics import METRICS  # noqa: PLC0415
+    from slotune.slo import TARGET_FAMILY  # noqa: PLC0415
+
+    api = set(SloSpec.model_fields) - {"window"}
+    assert set(SLO_METRICS) == api == set(TARGET_FAMILY)
+    for name, metric in SLO_METRICS.items():
+        assert metric.histogram == METRICS[name].default
+        assert metric.bucket_family == TARGET_FAMILY[name]

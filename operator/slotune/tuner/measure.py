@@ -224,8 +224,15 @@ class CapacityMeasure:
     def _window_requests(self, rate: float, lifetime: float) -> int:
         duration = max(self.probes.floor_s, self.probes.lifetimes * lifetime)
         z = attainment.z_value(self.probes.confidence)
-        strictest = max((t.percentile for t in self.slo.targets().values()), default=95.0)
-        return max(math.ceil(rate * duration), capacity.requests_to_resolve(strictest, z) + 4)
+        # Per-request targets need that many requests; a per-gap target (ITL) gets dozens of
+        # samples from each request, so it never sets the count.
+        per_request = [
+            t.percentile
+            for name, t in self.slo.targets().items()
+            if attainment.SLO_METRICS[name].unit == "request"
+        ]
+        needed = capacity.requests_to_resolve(max(per_request), z) + 4 if per_request else 8
+        return max(math.ceil(rate * duration), needed)
 
     async def _probe(
         self,
