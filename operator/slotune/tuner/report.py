@@ -139,7 +139,7 @@ def plot_latency(
                 if name in p.targets and p.targets[name].value is not None
             )
             ax.plot([x for x, _, _ in points], [y for _, y, _ in points], "-o", color=color,
-                    label=f"{label}: capacity {c.capacity:.3g} req/s")  # fmt: skip
+                    label=f"{label}: {c.capacity:.3g} req/s in this measurement")  # fmt: skip
         ax.axhline(target.max_seconds, color="black", linestyle="--",
                    label=f"SLO p{target.percentile:g} <= {target.max_seconds:g}s")  # fmt: skip
         if ceiling is not None and ceiling.prefill_rate:
