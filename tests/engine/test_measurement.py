@@ -98,13 +98,18 @@ on two cores shared with the engine (and, at times, with another engine)."""
 TPOT_SLACK_S = CLIENT_OVERHEAD_S / (OUTPUT_TOKENS - 1)
 """Client and server TPOT differ by the jitter of that overhead spread over the decode."""
 
-KV_HOLDERS = Workload(num_requests=12, seed=3, concurrency=2, prompt_tokens=600, output_tokens=400)
-"""Two at a time, about 2 s each: KV blocks held for about 12 s, several scrapes."""
+KV_HOLDERS = Workload(num_requests=24, seed=3, concurrency=2, prompt_tokens=600, output_tokens=400)
+"""Two at a time, about 2 s each: KV blocks held for about 24 s. 12 requests gave from 1 to 7
+comparable scrapes on two cores; twice as long a hold gives twice the chances."""
 
 SCRAPE_TAKES_S = 0.1
 """More than Prometheus needs to read the engine's /metrics (about 10 ms)."""
 
-SLO_TOLERANCE_REQUESTS = 2
+OVERHEAD_SPREAD = 4.0
+"""A request's client overhead stays within this many times the run's mean (the generator's
+timing error, bench/loadgen_overhead.py, is a floor of about 1 ms plus scheduling delays of a
+few ms; its p99 stays within a few times its mean on two cores)."""
+MIN_OVERHEAD_S = 0.005
 START_TIMEOUT = 300.0
 
 TTFT = "vllm:time_to_first_token_seconds"
@@ -560,8 +565,15 @@ def test_custom_buckets_at_the_slo_agree_with_the_client(
         f"client {client_count}/{len(client)} (client p95 {percentile(client, 95):.4f}s)"
     )
     assert total == len(client) == SLO_RUN.num_requests
-    # No request is faster at the client; the overhead may carry one or two past the bound.
-    assert client_count <= at_threshold <= client_count + SLO_TOLERANCE_REQUESTS
+    # The error model, measured in this run: the client's mean overhead on a TTFT is the
+    # difference of the client's and the engine's sums over the same requests. No request is
+    # faster at the client; the overhead can carry the requests just under the bound at the
+    # engine past it at the client, those within OVERHEAD_SPREAD x that mean of the bound.
+    overhead = (sum(client) - frame.engine_delta(f"{TTFT}_sum")) / len(client)
+    reach = max(OVERHEAD_SPREAD * overhead, MIN_OVERHEAD_S)
+    print(f"client TTFT overhead: mean {overhead * 1000:.2f} ms, tolerance {reach * 1000:.1f} ms")
+    assert 0 <= overhead <= CLIENT_OVERHEAD_S
+    assert client_count <= at_threshold <= count_at_most(client, threshold + reach)
 
     verdict = judge_histogram(buckets, slo.ttft.percentile, threshold)
     from_samples = evaluate_samples(slo, {"ttft": client})

@@ -34,7 +34,7 @@ POD = "tiny-6c5d8f7b9-x2k4q"
 OTHER_POD = "other-59b7c6d4f-q8r2m"
 PROMPT = [1, 2, 3, 4, 5]
 OUTPUT_TOKENS = 8
-REQUESTS = 8
+REQUESTS = 80  # a live verdict needs enough requests for its attainment interval to resolve
 EMPTY = LLMDeploymentStatus()
 
 
