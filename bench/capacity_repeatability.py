@@ -32,6 +32,7 @@ from typing import Any
 from tuner_comparison import EXAMPLE, MODEL, ROOT, vllm_python
 
 from slotune import capacity
+from slotune.attainment import SLO_METRICS
 from slotune.capacity import MeasureRequest, ProbeVerdict, required_rate
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig
@@ -56,7 +57,7 @@ def old_verdict(run: Any, slo: Any) -> bool:
     """The single-run rule slotune used before: exact p95 of each target <= its bound."""
     base = [r for r in run.results[: run.window] if r.ok]
     for name, target in slo.targets().items():
-        values = [getattr(r, name) for r in base if getattr(r, name) is not None]
+        values = [v for r in base for v in SLO_METRICS[name].samples(r)]
         if not values or percentile(values, target.percentile) > target.max_seconds:
             return False
     return len(base) == run.window
@@ -102,7 +103,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
             raise SystemExit("the measurement found no capacity")
         found.append(m.capacity)
         print(f"  engine {i + 1}: {m.capacity.describe()}  ({time.monotonic() - began:.0f} s)")
-    lows = [c.capacity for c in found]
+    lows = [c.capacity for c in found] or [0.0]
     uppers = [c.upper for c in found if c.upper is not None]
     shared = max(lows) < min(uppers) if uppers else True
     spread = max(lows) / min(lows) if min(lows) > 0 else float("inf")
