@@ -691,11 +691,7 @@ def _trial_event(record: TrialRecord) -> Event:
     if c is None:
         capacity = "no capacity measured"
     else:
-        top = f"{c.upper:.3g}" if c.upper is not None else "?"
-        capacity = (
-            f"capacity {c.capacity:.3g} req/s [{c.capacity:.3g}, {top}) against "
-            f"{c.target_rate:.3g} needed"
-        )
+        capacity = f"capacity {c.describe()} against {c.target_rate:.3g} needed"
     verdict = "is feasible" if record.feasible else "is infeasible"
     return Event(
         "Normal",

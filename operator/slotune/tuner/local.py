@@ -66,7 +66,7 @@ def _line(p: Progress) -> str:
         c = m.capacity
         probes = " ".join(f"{q.rate:.3g}:{q.verdict.lower()}" for q in c.probes)
         body = (
-            f"capacity {_rate(c.capacity)} req/s [{_rate(c.capacity)}, {_rate(c.upper)}) "
+            f"capacity {c.describe()} "
             f"vs {_rate(c.target_rate)} needed: {'feasible' if r.feasible else 'infeasible'}"
             f"  (probes {probes})"
         )
@@ -82,8 +82,7 @@ def _capacity_text(record: TrialRecord) -> str:
     m = record.measurement
     if m is None or m.capacity is None:
         return "not measured"
-    c = m.capacity
-    return f"{_rate(c.capacity)} req/s [{_rate(c.capacity)}, {_rate(c.upper)})"
+    return m.capacity.describe()
 
 
 def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
@@ -141,8 +140,7 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
         return "\n".join(lines)
     lines.append(
         f"Winner (#{winner.number}, {describe_params(winner.params)}): confirmed capacity "
-        f"{_rate(confirmed.capacity)} req/s [{_rate(confirmed.capacity)}, "
-        f"{_rate(confirmed.upper)}) over two measurements{of_ceiling(confirmed.capacity)}."
+        f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.capacity)}."
     )
     if baseline is not None and baseline.measurement and baseline.measurement.capacity:
         base = baseline.measurement.capacity

@@ -27,7 +27,7 @@ from slotune.engine import vllm
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
 from slotune.tuner import study as studies
-from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState
+from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState, study_ceiling
 from slotune.tuner.space import Platform, Space, build_space, clamp_into
 
 Measure = Callable[[str, MeasureRequest], Measurement]
@@ -231,8 +231,7 @@ class Tuner:
     @property
     def ceiling(self) -> Ceiling | None:
         """The engine's ceilings, measured once per study (on vLLM's defaults)."""
-        found = (r.measurement.ceiling for r in self.records if r.measurement is not None)
-        return next((c for c in found if c is not None), None)
+        return study_ceiling(self.records)
 
     def measure_request(self, planned: NextTrial, rate: float | None = None) -> MeasureRequest:
         """What the measurement of a planned trial is asked: the rate to carry (from `rate`,

@@ -177,7 +177,7 @@ class CapacityMeasure:
 
     async def measure(self, base_url: str, request: MeasureRequest) -> Measurement:
         engine = _Engine(base_url)
-        lifetime = await self._warm_up(base_url)
+        lifetime = await self.warm_up(base_url)
         ceiling = request.ceiling
         if request.measure_ceiling:
             ceiling = await measure_ceiling(
@@ -192,14 +192,15 @@ class CapacityMeasure:
             settings = replace(settings, infeasible_precision=settings.precision)
         probes: list[Probe] = []
         while (k := capacity.next_probe(settings, {p.k: p.verdict for p in probes})) is not None:
-            probe, lifetime = await self._probe(
-                base_url=base_url,
-                engine=engine,
-                settings=settings,
+            run = await self.probe(
+                base_url,
+                engine,
                 k=k,
-                request=request,
+                rate=settings.rate(k),
+                seed=capacity.schedule_seed(request.seed, k),
                 lifetime=lifetime,
             )
+            probe, lifetime = run.probe, run.lifetime
             probes.append(probe)
             self.log(
                 f"probe {settings.rate(k):.3g} req/s: {probe.verdict} "
@@ -212,9 +213,6 @@ class CapacityMeasure:
         return _Engine(base_url)
 
     async def warm_up(self, base_url: str) -> float:
-        return await self._warm_up(base_url)
-
-    async def _warm_up(self, base_url: str) -> float:
         """A few requests one at a time; returns the median unloaded lifetime (s)."""
         workload = _loadgen_workload(self.workload, 0, WARMUP_REQUESTS, None, 1)
         results = await loadgen.run_workload(base_url, self.served_name, workload)
@@ -233,21 +231,6 @@ class CapacityMeasure:
         ]
         needed = capacity.requests_to_resolve(max(per_request), z) + 4 if per_request else 8
         return max(math.ceil(rate * duration), needed)
-
-    async def _probe(
-        self,
-        *,
-        base_url: str,
-        engine: _Engine,
-        settings: SearchSettings,
-        k: int,
-        request: MeasureRequest,
-        lifetime: float,
-    ) -> tuple[Probe, float]:
-        seed = capacity.schedule_seed(request.seed, k)
-        found = await self.probe(base_url, engine, k=k, rate=settings.rate(k), seed=seed,
-                                 lifetime=lifetime)  # fmt: skip
-        return found.probe, found.lifetime
 
     async def probe(
         self, base_url: str, engine: _Engine, *, k: int, rate: float, seed: int, lifetime: float

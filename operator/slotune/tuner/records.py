@@ -74,6 +74,12 @@ class TrialRecord(BaseModel):
         return self.state != TrialState.REJECTED
 
 
+def study_ceiling(records: list[TrialRecord]) -> Ceiling | None:
+    """The engine's ceilings as the study measured them (once, on vLLM's defaults)."""
+    found = (r.measurement.ceiling for r in records if r.measurement is not None)
+    return next((c for c in found if c is not None), None)
+
+
 class Store(Protocol):
     """Where a study keeps its records: a file locally, a ConfigMap in the cluster."""
 

@@ -20,9 +20,9 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import optuna
 
-from slotune.capacity import Capacity, Ceiling
+from slotune.capacity import Capacity
 from slotune.models import SloSpec
-from slotune.tuner.records import TrialRecord, TrialState
+from slotune.tuner.records import TrialRecord, TrialState, study_ceiling
 from slotune.tuner.space import PARAM_SHORT, Space, describe_params
 from slotune.tuner.study import rebuild
 
@@ -35,11 +35,6 @@ def _ms(value: float | None) -> str:
 
 def _capacity(record: TrialRecord) -> Capacity | None:
     return record.measurement.capacity if record.measurement else None
-
-
-def _ceiling(records: Sequence[TrialRecord]) -> Ceiling | None:
-    found = (r.measurement.ceiling for r in records if r.measurement is not None)
-    return next((c for c in found if c is not None), None)
 
 
 def table_rows(records: Sequence[TrialRecord], slo: SloSpec) -> list[list[str]]:
@@ -94,7 +89,7 @@ def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
                         textcoords="offset points")  # fmt: skip
     if target is not None:
         ax.axhline(target, color="black", linestyle="--", label=f"target {target:.3g} req/s")
-    ceiling = _ceiling(records)
+    ceiling = study_ceiling(list(records))
     if ceiling is not None and ceiling.prefill_rate:
         ax.axhline(
             ceiling.prefill_rate,
@@ -127,7 +122,7 @@ def plot_latency(
     shown = [(baseline, "vLLM defaults", "tab:red")]
     if winner is not None and winner is not baseline:
         shown.append((winner, f"winner #{winner.number}", "tab:green"))
-    ceiling = _ceiling(records)
+    ceiling = study_ceiling(list(records))
     for ax, (name, target) in zip(axes[0], targets, strict=True):
         for record, label, color in shown:
             c = _capacity(record) if record else None
