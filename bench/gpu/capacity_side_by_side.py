@@ -1,5 +1,8 @@
-"""vLLM's defaults and the study's winner side by side in one run: each one's capacity, and the
-engine's prefill ceiling.
+"""vLLM's defaults and the study's winner (or chosen trials) side by side in one session: each
+one's capacity, and the engine's prefill ceiling.
+
+`--configs` names what to measure; results already in `--json` are kept, so a device session
+of several calls (10 minutes each) measures one configuration per call on the same machine.
 
 Each configuration gets a fresh engine start (the LocalRuntime the tuner uses) and the same
 capacity search the trials run (`slotune.tuner.measure.CapacityMeasure`), on the same arrival
@@ -20,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slotune.capacity import MeasureRequest, required_rate
+from slotune.capacity import Ceiling, MeasureRequest, required_rate
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
@@ -51,13 +54,41 @@ def pick_winner(spec: Any, records: list[TrialRecord], platform: str) -> tuple[A
     return best, "no confirmed winner yet: the record with the highest capacity"
 
 
+def chosen(
+    spec: Any, records: list[TrialRecord], platform: str, names: list[str]
+) -> list[tuple[str, dict[str, Any], str]]:
+    """The configurations to measure: "defaults" (no tuned flag at all), "winner" (the study's,
+    or its best record), or a trial number of the records."""
+    configs: list[tuple[str, dict[str, Any], str]] = []
+    for name in names:
+        if name == "defaults":
+            configs.append(("vllm-defaults", {}, "no tuned flag: vLLM resolves its own defaults"))
+        elif name == "winner":
+            winner, why = pick_winner(spec, records, platform)
+            if winner is not None:
+                configs.append((f"winner (trial #{winner.number})", dict(winner.params), why))
+        else:
+            record = next((r for r in records if str(r.number) == name), None)
+            if record is None:
+                raise SystemExit(f"no trial #{name} in the records")
+            configs.append((f"trial #{record.number}", dict(record.params), "chosen by number"))
+    return configs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--records", type=Path, required=True)
     parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument(
+        "--json", type=Path, required=True, help="results; configurations already in it are kept"
+    )
+    parser.add_argument(
+        "--configs",
+        default="defaults,winner",
+        help="comma-separated: defaults, winner, or trial numbers of the records",
+    )
     parser.add_argument("--platform", default="h200")
     parser.add_argument("--vllm-python", type=Path, default=Path("python3"))
     args = parser.parse_args()
@@ -68,24 +99,27 @@ def main() -> int:
     if spec.slo is None or rate is None:
         raise SystemExit("the spec needs an slo and a workload requestRate")
     target = required_rate(rate, spec.tuning.headroom)
-    winner, why = pick_winner(spec, RecordStore(args.records).load(), args.platform)
-    configs: list[tuple[str, dict[str, Any], str]] = [
-        ("vllm-defaults", {}, "no tuned flag: vLLM resolves its own defaults"),
-    ]
-    if winner is not None:
-        configs.append((f"winner (trial #{winner.number})", dict(winner.params), why))
+    records = RecordStore(args.records).load()
+    configs = chosen(spec, records, args.platform, args.configs.split(","))
     runtime = LocalRuntime(args.vllm_python, args.work, dummy_weights=True)
     measure = CapacityMeasure(spec, served, log=lambda line: print("  " + line, flush=True))
-    result: dict[str, Any] = {"target_rate": target, "seed": spec.tuning.seed + 2, "configs": []}
-    ceiling = None
+    seed = spec.tuning.seed + 2
+    result: dict[str, Any] = {"target_rate": target, "seed": seed, "configs": []}
+    if args.json.exists():  # a later call of the same session goes on where the last ended
+        result = json.loads(args.json.read_text())
+    ceiling = Ceiling.model_validate(result["ceiling"]) if result.get("ceiling") else None
+    done = {c["label"] for c in result["configs"]}
     for label, params, note in configs:
+        if label in done:
+            print(f"{label}: measured already", flush=True)
+            continue
         engine_args = EngineArgs.model_validate({**spec.engine.args.explicit(), **params})
         config = EngineConfig(model=args.model_dir, served_name=served, args=engine_args)
         print(f"Starting {label}: {' '.join(runtime.command(config, 0)[3:])}", flush=True)
         engine = runtime.start(config, timeout=400)
         try:
             request = MeasureRequest(
-                seed=spec.tuning.seed + 2,
+                seed=seed,
                 target_rate=target,
                 measure_ceiling=ceiling is None,
                 ceiling=ceiling,
@@ -95,27 +129,35 @@ def main() -> int:
         finally:
             engine.stop()
         ceiling = ceiling or m.ceiling
-        entry = {
-            "label": label,
-            "params": params,
-            "note": note,
-            "startup_seconds": engine.facts.startup_seconds,
-            "kv_cache_tokens": engine.facts.kv_cache_tokens,
-            "capacity": m.capacity.model_dump(mode="json") if m.capacity else None,
-        }
-        result["configs"].append(entry)
+        result["configs"].append(
+            {
+                "label": label,
+                "params": params,
+                "note": note,
+                "startup_seconds": engine.facts.startup_seconds,
+                "kv_cache_tokens": engine.facts.kv_cache_tokens,
+                "capacity": m.capacity.model_dump(mode="json") if m.capacity else None,
+            }
+        )
         result["ceiling"] = ceiling.model_dump(mode="json") if ceiling else None
+        summarise(result, ceiling)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
         print(f"{label}: capacity {m.capacity.describe() if m.capacity else '-'}", flush=True)
-    caps = [c["capacity"] for c in result["configs"] if c["capacity"]]
-    if ceiling is not None and ceiling.prefill_rate:
-        for c in caps:
-            c["fraction_of_prefill_ceiling"] = round(c["capacity"] / ceiling.prefill_rate, 4)
-    if len(caps) == 2 and caps[0]["capacity"] > 0:
-        result["ratio_winner_to_defaults"] = round(caps[1]["capacity"] / caps[0]["capacity"], 4)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "configs"}), flush=True)
     return 0
+
+
+def summarise(result: dict[str, Any], ceiling: Ceiling | None) -> None:
+    """Each capacity as a fraction of the prefill ceiling's rate, and against the defaults'."""
+    base = next((c["capacity"] for c in result["configs"] if c["label"] == "vllm-defaults"), None)
+    for c in result["configs"]:
+        cap = c["capacity"]
+        if cap is None:
+            continue
+        if ceiling is not None and ceiling.prefill_rate:
+            cap["fraction_of_prefill_ceiling"] = round(cap["capacity"] / ceiling.prefill_rate, 4)
+        if base is not None and base["capacity"] > 0 and c["label"] != "vllm-defaults":
+            cap["ratio_to_defaults"] = round(cap["capacity"] / base["capacity"], 4)
 
 
 if __name__ == "__main__":

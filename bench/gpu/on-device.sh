@@ -11,8 +11,11 @@
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
-#   bench/gpu/on-device.sh side-by-side     capacity of vLLM's defaults and of the study's
-#                                           winner in one run, with the prefill ceiling
+#   bench/gpu/on-device.sh side-by-side [CONFIGS]
+#                                           capacity of vLLM's defaults and of the study's
+#                                           winner (or CONFIGS: defaults,winner,trial numbers)
+#                                           on one machine, with the prefill ceiling; a later
+#                                           call goes on with what is not measured yet
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -79,11 +82,13 @@ side-by-side)
   [[ -f "$records" ]] || records="$here/.state/trials.jsonl"
   python3 "$here/capacity_side_by_side.py" --spec "$here/h200-study.yaml" \
     --model-dir "$here/llama-8b" --records "$records" --work /tmp/slotune-side \
-    --json "$OUT/side-by-side.json" 2>&1 | tee -a "$OUT/side-by-side.log"
+    --json /tmp/side-by-side.json --configs "${2:-defaults,winner}" 2>&1 \
+    | tee -a "$OUT/side-by-side.log" || true
+  cp /tmp/side-by-side.json "$OUT/" 2>/dev/null || true
   tar -czf "$OUT/side-engine-logs.tar.gz" -C /tmp/slotune-side . 2>/dev/null || true
   ;;
 *)
-  sed -n '2,15p' "$0"
+  sed -n '2,19p' "$0"
   exit 2
   ;;
 esac

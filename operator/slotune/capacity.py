@@ -14,6 +14,9 @@ Everything here is pure; `slotune.tuner.measure` drives the probes against an en
 - **The search.** From k = 0 it moves `jump` steps up after a pass and down after anything
   else until the boundary is bracketed, then bisects to one step. A configuration that fails
   the target is clearly infeasible: it gets a coarse bracket, enough to rank it, and no more.
+- **The interval.** A capacity is stated as an interval: the bracket the probes found,
+  widened by the measured run-to-run spread of engine starts (`RESTART_SPREAD`). Comparisons
+  between configurations (ties, "above the defaults") use the interval.
 - **A probe's verdict.** Attainment of every target with a Wilson interval (`attainment`). A
   probe that is unresolved gets more requests, up to a cap, and stays `Unresolved` after
   that; a probe whose queue or KV usage still climbs at its end is extended the same way and
@@ -35,6 +38,11 @@ from slotune.attainment import Attainment, Verdict, combine
 STEP = 2 ** (1 / 6)
 """Rate grid ratio: six steps to a doubling, so one step is 12%."""
 MAX_PROBES = 8
+RESTART_SPREAD = 1
+"""Grid steps by which one configuration's capacity moves between engine starts, measured:
+five fresh engines of the same configuration found capacities over three adjacent steps
+(`bench/results/capacity-repeatability.md`). A capacity's interval is its bracket widened by
+this much on each side, so that it states what another start would find, not only this one."""
 
 
 class ProbeVerdict(StrEnum):
@@ -343,7 +351,8 @@ class Ceiling(Record):
 
 class Capacity(Record):
     """A trial's capacity with its bracket and every probe. `capacity` is the highest rate
-    that passed (0 when none did); `upper` the lowest that did not (None if all passed)."""
+    that passed (0 when none did); `upper` the lowest that did not (None if all passed): the
+    bracket of this engine start. `interval` widens it by the run-to-run spread."""
 
     capacity: float
     upper: float | None
@@ -355,11 +364,19 @@ class Capacity(Record):
 
     @property
     def interval(self) -> tuple[float, float | None]:
-        return self.capacity, self.upper
+        """[low, high): the capacity another engine start of this configuration would find
+        (the bracket widened by `RESTART_SPREAD` grid steps each side; high None if unbounded)."""
+        widen = STEP**RESTART_SPREAD
+        return self.capacity / widen, None if self.upper is None else self.upper * widen
 
     def describe(self) -> str:
-        top = f"{self.upper:.3g}" if self.upper is not None else "?"
-        return f"{self.capacity:.3g} req/s [{self.capacity:.3g}, {top})"
+        low, high = self.interval
+        top = f"{high:.3g}" if high is not None else "?"
+        probed = f"{self.upper:.3g}" if self.upper is not None else "?"
+        return (
+            f"{self.capacity:.3g} req/s [{low:.3g}, {top}) "
+            f"(bracket [{self.capacity:.3g}, {probed}))"
+        )
 
 
 def capacity_of(settings: SearchSettings, probes: Sequence[Probe]) -> Capacity:
@@ -379,7 +396,18 @@ def capacity_of(settings: SearchSettings, probes: Sequence[Probe]) -> Capacity:
 
 
 def overlaps(a: Capacity, b: Capacity) -> bool:
-    """Whether two capacity intervals [capacity, upper) share any rate."""
-    a_top = math.inf if a.upper is None else a.upper
-    b_top = math.inf if b.upper is None else b.upper
-    return a.capacity < b_top and b.capacity < a_top
+    """Whether two capacity intervals share any rate."""
+    (a_low, a_high), (b_low, b_high) = a.interval, b.interval
+    return a_low < (math.inf if b_high is None else b_high) and b_low < (
+        math.inf if a_high is None else a_high
+    )
+
+
+def above(a: Capacity, b: Capacity) -> float | None:
+    """How far a's interval lies above b's: the ratio of a's low end to b's high end when it
+    is at least 1, else None (the intervals overlap, or b is unbounded)."""
+    a_low, _ = a.interval
+    _, b_high = b.interval
+    if b_high is None or b_high <= 0 or a_low < b_high:
+        return None
+    return a_low / b_high

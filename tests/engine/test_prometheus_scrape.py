@@ -34,6 +34,8 @@ pytestmark = pytest.mark.engine
 PROMPT = [1, 2, 3, 4, 5]
 OUTPUT_TOKENS = 8
 TTFT = "vllm:time_to_first_token_seconds"
+HOLD_S = 4.0
+"""KV blocks held for four 1 s scrape intervals, so several scrapes land inside a request."""
 
 
 @pytest.fixture
@@ -102,6 +104,10 @@ def test_workload_fingerprint_and_latency_queries_run_on_real_data(
     assert 5 < p50 <= 10  # interpolated inside vLLM's (5, 10] token bucket
     assert fingerprint.arrival_rate is not None
     assert fingerprint.arrival_rate > 0
+    # The peak over a longer window: a subquery of one-minute rates, run by the real Prometheus.
+    peak = source.query_value(metrics.peak_arrival_rate("2m", tiny, names=names))
+    assert peak is not None
+    assert peak > 0
 
     for signal in ("ttft", "tpot", "itl", "e2e", "queue_time"):
         p95 = source.query_value(metrics.latency_quantile(signal, 95, "1m", tiny, names=names))
@@ -198,11 +204,16 @@ def test_kv_cache_usage_peak_of_a_long_request(
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        scraped_vllm.complete(PROMPT, output_tokens)
+        # One request at a time, for at least HOLD_S: a single 1024-token decode can finish
+        # between two 1 s scrapes on a fast machine, and then Prometheus never sees the blocks.
+        started = time.monotonic()
+        while time.monotonic() - started < HOLD_S:
+            scraped_vllm.complete(PROMPT, output_tokens)
     finally:
         done.set()
         watcher.join()
     time.sleep(2.5)  # two more scrapes
+    assert max(seen) > 0, "the engine's own /metrics never showed the request's KV blocks"
 
     peak = source.query_value(metrics.kv_cache_usage_max("1m", tiny))
     most_blocks = math.ceil((len(PROMPT) + output_tokens) / block_size)

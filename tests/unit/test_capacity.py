@@ -260,9 +260,23 @@ def test_overlapping_intervals() -> None:
     def cap(low: float, high: float | None) -> Capacity:
         return Capacity(capacity=low, upper=high, target_rate=1, feasible=True, stopped="-")
 
-    assert overlaps(cap(1, 2), cap(1.5, 3))
-    assert not overlaps(cap(1, 2), cap(2, 3))
+    w = capacity.STEP**capacity.RESTART_SPREAD
+    assert cap(4, 4.5).interval == pytest.approx((4 / w, 4.5 * w))
+    assert cap(4, None).interval == (pytest.approx(4 / w), None)
+    # Brackets one step apart share rates once the run-to-run spread widens them ...
+    assert overlaps(cap(1, 2), cap(2, 3))
     assert overlaps(cap(1, None), cap(5, 6))
+    # ... brackets further apart than the spread do not.
+    assert not overlaps(cap(1, 1.2), cap(1.2 * w * w, 2))
+    assert capacity.above(cap(1.2 * w * w, 2), cap(1, 1.2)) == pytest.approx(1.0)  # touching
+    assert capacity.above(cap(2 * w * w, 3), cap(1, 1.2)) == pytest.approx(2 / 1.2)
+    assert capacity.above(cap(1, 1.2), cap(2, 3)) is None
+    assert capacity.above(cap(5, 6), cap(1, None)) is None
+
+
+def test_a_capacity_describes_its_interval_and_its_bracket() -> None:
+    found = Capacity(capacity=4.01, upper=4.5, target_rate=7.15, feasible=False, stopped="-")
+    assert found.describe() == "4.01 req/s [3.57, 5.05) (bracket [4.01, 4.5))"
 
 
 def test_one_definition_per_slo_metric_everywhere() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from slotune.capacity import above as capacity_above
 from slotune.models import LLMDeployment
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions
@@ -147,12 +148,13 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
         if winner.label == "vllm-defaults":
             lines.append("vLLM's defaults are the winner: no configuration beat them.")
         elif base.capacity > 0:
-            above = base.upper is not None and confirmed.capacity >= base.upper
+            gap = capacity_above(confirmed, base)
             lines.append(
                 f"Winner / defaults: {confirmed.capacity / base.capacity:.2f}x capacity; "
                 + (
-                    "the winner's interval lies wholly above the defaults'."
-                    if above
+                    f"the winner's interval lies wholly above the defaults' ({gap:.2f}x, "
+                    "low end over high end)."
+                    if gap is not None
                     else "the two intervals overlap."
                 )
             )

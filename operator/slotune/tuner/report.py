@@ -52,8 +52,7 @@ def table_rows(records: Sequence[TrialRecord], slo: SloSpec) -> list[list[str]]:
         if c is None:
             row += ["-", "-"]
         else:
-            top = f"{c.upper:.3g}" if c.upper is not None else "?"
-            row += [f"{c.capacity:.3g} [{c.capacity:.3g}, {top})", str(len(c.probes))]
+            row += [c.describe(), str(len(c.probes))]
         row += [_ms(m.slo_percentiles.get(name)) if m else "-" for name in slo.targets()]
         row += ["yes" if r.feasible else "no" if m else "-", (r.cause or "")[:160]]
         rows.append(row)
@@ -70,7 +69,9 @@ def format_table(rows: list[list[str]]) -> str:
 
 
 def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
-    """Capacity per launched trial, the bar from the capacity to the first rate that failed."""
+    """Capacity per launched trial: a dot at the capacity, a thick bar over its bracket (the
+    first rate that failed above it) and a thin one over its interval (the bracket widened by
+    the run-to-run spread of engine starts)."""
     launched = [r for r in records if r.state != TrialState.REJECTED]
     fig, ax = plt.subplots(figsize=(7, 4))
     target = next((c.target_rate for r in launched if (c := _capacity(r))), None)
@@ -81,6 +82,9 @@ def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
             ax.scatter([r.number], [0], marker="x", color=color)
             continue
         top = c.upper if c.upper is not None else c.capacity
+        low, high = c.interval
+        ax.plot([r.number, r.number], [low, high if high is not None else top], color=color,
+                linewidth=1, alpha=0.6)  # fmt: skip
         ax.plot([r.number, r.number], [c.capacity, top], color=color, linewidth=4, alpha=0.5)
         marker = "s" if r.phase == "finalist" else "o"
         ax.scatter([r.number], [c.capacity], color=color, marker=marker, zorder=3)
