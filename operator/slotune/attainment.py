@@ -6,6 +6,13 @@ against XX%. A run sees only a sample of the engine's behaviour, so the attainme
 Wilson score interval (GuideLLM's goodput profile does the same), and a verdict is given only
 when the interval lies wholly on one side of XX%; otherwise it is `Unresolved`, never a pass.
 
+Requests close in time share the engine's state (a queue episode delays every request behind
+it; one prefill step stalls every stream in flight), so a run's samples are not independent and
+a Wilson interval on their raw count would be too narrow. A run's attainment therefore counts
+only its *effective* samples: its requests in arrival order fall into consecutive batches, and
+the spread of the batch attainments measures the run's own variance (the method of batch
+means); the raw count is divided by the design effect that spread shows.
+
 Every user of an SLO reads the metric definitions here: the trial's capacity search, the
 tuner's constraint, live on-call judgement from Prometheus's buckets, and the report.
 
@@ -18,6 +25,7 @@ tuner's constraint, live on-call judgement from Prometheus's buckets, and the re
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,8 +46,11 @@ def z_value(confidence: float) -> float:
     return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
 
 
-def wilson_interval(good: int, total: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion good/total; (0, 1) for no samples."""
+def wilson_interval(
+    good: float, total: float, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion good/total; (0, 1) for no samples.
+    Counts may be effective (fractional) sample counts."""
     if good < 0 or total < 0 or good > total:
         raise ValueError(f"need 0 <= good <= total, got {good} of {total}")
     if total == 0:
@@ -67,9 +78,42 @@ def combine(verdicts: Sequence[Verdict]) -> Verdict:
     return Verdict.UNRESOLVED
 
 
+BATCHES = 10
+"""Consecutive batches of a run's requests whose attainments measure the run's own variance."""
+
+
+def effective_samples(per_request: Sequence[tuple[int, int]], batches: int = BATCHES) -> float:
+    """How many independent samples a run's (good, total) per request, in arrival order, are
+    worth: the raw count divided by the design effect, never more than the raw count.
+
+    The requests fall into `batches` consecutive batches of nearly equal size; with G_b of N_b
+    samples good in batch b and p = G / N overall, the variance of p from the batches is
+    B / (B - 1) * sum_b (G_b - p N_b)^2 / N^2, and the design effect is that over the binomial
+    variance p (1 - p) / N (at least 1). Where every sample agrees (p is 0 or 1) the spread says
+    nothing, and so does a run of fewer than two batches: the raw count stands.
+    """
+    counted = [(g, n) for g, n in per_request if n > 0]
+    good = sum(g for g, _ in counted)
+    total = sum(n for _, n in counted)
+    b = min(batches, len(counted))
+    if total == 0 or good in (0, total) or b < 2:
+        return float(total)
+    p = good / total
+    edges = [round(i * len(counted) / b) for i in range(b + 1)]
+    squares = 0.0
+    for lo, hi in itertools.pairwise(edges):
+        g = sum(x for x, _ in counted[lo:hi])
+        n = sum(y for _, y in counted[lo:hi])
+        squares += (g - p * n) ** 2
+    variance = b / (b - 1) * squares / total**2
+    design_effect = max(1.0, variance / (p * (1 - p) / total))
+    return total / design_effect
+
+
 @dataclass(frozen=True)
 class Attainment:
-    """One target judged: `good` of `total` samples within `max_seconds`."""
+    """One target judged: `good` of `total` samples within `max_seconds`, with its interval
+    over `effective` samples (`total` divided by the design effect of the run's batches)."""
 
     name: str
     percentile: float
@@ -78,6 +122,7 @@ class Attainment:
     total: int
     low: float
     high: float
+    effective: float | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -99,18 +144,33 @@ class Attainment:
         goal = f"p{self.percentile:g} {self.name} <= {self.max_seconds:g}s"
         if not self.total:
             return f"{goal}: no samples"
+        worth = (
+            f", worth {self.effective:.0f} independent"
+            if self.effective is not None and self.effective < self.total - 0.5
+            else ""
+        )
         return (
             f"{goal}: {self.verdict.lower()}, {self.good} of {self.total} within "
-            f"({self.good / self.total:.1%}, interval {self.low:.1%}-{self.high:.1%}, "
+            f"({self.good / self.total:.1%}{worth}, interval {self.low:.1%}-{self.high:.1%}, "
             f"{self.percentile:g}% needed)"
         )
 
 
 def judge(
-    name: str, target: SloTarget, good: int, total: int, confidence: float = CONFIDENCE
+    name: str,
+    target: SloTarget,
+    good: int,
+    total: int,
+    confidence: float = CONFIDENCE,
+    *,
+    effective: float | None = None,
 ) -> Attainment:
-    low, high = wilson_interval(good, total, confidence)
-    return Attainment(name, target.percentile, target.max_seconds, good, total, low, high)
+    """The attainment of `good` of `total`, its interval over `effective` samples if given."""
+    n = total if effective is None else min(float(total), effective)
+    low, high = wilson_interval(good * n / total if total else 0.0, n, confidence)
+    return Attainment(
+        name, target.percentile, target.max_seconds, good, total, low, high, effective
+    )
 
 
 # --- the SLO metrics --------------------------------------------------------------------------
@@ -194,25 +254,38 @@ SLO_METRICS: Mapping[str, SloMetric] = {
 }
 
 
-def tally(name: str, results: Sequence[RequestOutcome], max_seconds: float) -> tuple[int, int]:
-    """(good, total) samples of one metric: a failed request is one sample outside the bound."""
+def per_request(
+    name: str, results: Sequence[RequestOutcome], max_seconds: float
+) -> list[tuple[int, int]]:
+    """(good, total) samples of one metric for each request, in the results' order: a failed
+    request is one sample outside the bound."""
     metric = SLO_METRICS[name]
-    good = total = 0
+    counts = []
     for result in results:
         if not result.ok:
-            total += 1
+            counts.append((0, 1))
             continue
         values = metric.samples(result)
-        total += len(values)
-        good += sum(1 for v in values if v <= max_seconds)
-    return good, total
+        counts.append((sum(1 for v in values if v <= max_seconds), len(values)))
+    return counts
+
+
+def tally(name: str, results: Sequence[RequestOutcome], max_seconds: float) -> tuple[int, int]:
+    """(good, total) samples of one metric over all the results."""
+    counts = per_request(name, results, max_seconds)
+    return sum(g for g, _ in counts), sum(n for _, n in counts)
 
 
 def judge_requests(
     slo: SloSpec, results: Sequence[RequestOutcome], confidence: float = CONFIDENCE
 ) -> dict[str, Attainment]:
-    """Every target of `slo` judged from per-request results."""
-    return {
-        name: judge(name, target, *tally(name, results, target.max_seconds), confidence)
-        for name, target in slo.targets().items()
-    }
+    """Every target of `slo` judged from per-request results, in arrival order (the batches
+    that measure the run's own variance are consecutive requests)."""
+    judged = {}
+    for name, target in slo.targets().items():
+        counts = per_request(name, results, target.max_seconds)
+        good, total = sum(g for g, _ in counts), sum(n for _, n in counts)
+        judged[name] = judge(
+            name, target, good, total, confidence, effective=effective_samples(counts)
+        )
+    return judged

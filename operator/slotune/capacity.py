@@ -17,7 +17,8 @@ Everything here is pure; `slotune.tuner.measure` drives the probes against an en
 - **The interval.** A capacity is stated as an interval: the bracket the probes found,
   widened by the measured run-to-run spread of engine starts (`RESTART_SPREAD`). Comparisons
   between configurations (ties, "above the defaults") use the interval.
-- **A probe's verdict.** Attainment of every target with a Wilson interval (`attainment`). A
+- **A probe's verdict.** Attainment of every target with a Wilson interval over its effective
+  samples (`attainment`: consecutive requests are correlated, batch means measure by how much). A
   probe that is unresolved gets more requests, up to a cap, and stays `Unresolved` after
   that; a probe whose queue or KV usage still climbs at its end is extended the same way and
   stays `Unstable`. Neither counts as a pass: the capacity is the highest rate that passed.
@@ -312,6 +313,9 @@ class TargetFigures(Record):
     total: int
     low: float
     high: float
+    effective: float | None = Field(
+        default=None, description="Independent samples the interval counts (batch means)."
+    )
     value: float | None = Field(default=None, description="The target percentile, seconds.")
 
 

@@ -14,6 +14,8 @@ from slotune import capacity
 from slotune.attainment import (
     Attainment,
     Verdict,
+    effective_samples,
+    judge,
     judge_requests,
     tally,
     wilson_interval,
@@ -34,7 +36,7 @@ from slotune.capacity import (
     scaled_arrivals,
     stationarity,
 )
-from slotune.models import SloSpec
+from slotune.models import SloSpec, SloTarget
 
 # --- the interval -------------------------------------------------------------------------------
 
@@ -291,3 +293,48 @@ def test_one_definition_per_slo_metric_everywhere() -> None:
     for name, metric in SLO_METRICS.items():
         assert metric.histogram == METRICS[name].default
         assert metric.bucket_family == TARGET_FAMILY[name]
+
+
+# --- correlated samples: batch means ------------------------------------------------------------
+
+
+def test_independent_requests_keep_about_their_raw_count() -> None:
+    # 1000 independent requests at 90%: the batch estimate of the design effect is a chi-square
+    # of 9 degrees of freedom over 9 (for independent samples), above 3 with probability 0.1%.
+    rng = random.Random(7)  # noqa: S311 - a reproducible draw, not a secret
+    counts = [(1, 1) if rng.random() < 0.9 else (0, 1) for _ in range(1000)]
+    assert 1000 / 3 <= effective_samples(counts) <= 1000
+
+
+def test_a_failure_episode_counts_for_few_samples() -> None:
+    # 80 good requests, then a queue episode that fails the last 20: the batches disagree, so
+    # the run is worth about 9 independent requests (design effect 11.1, worked by hand).
+    counts = [(1, 1)] * 80 + [(0, 1)] * 20
+    assert effective_samples(counts) == pytest.approx(100 / (10 / 9 * 160 / 10_000 / 0.0016))
+    slo = SloTarget(percentile=90, max_seconds=2.0)
+    raw = judge("ttft", slo, 80, 100)
+    assert raw.verdict == Verdict.FAIL  # as if independent: 80% is surely below 90%
+    honest = judge("ttft", slo, 80, 100, effective=effective_samples(counts))
+    assert honest.verdict == Verdict.UNRESOLVED  # one episode cannot tell
+    assert honest.low < raw.low
+    assert honest.high > raw.high
+    assert "worth 9 independent" in honest.describe()
+
+
+def test_gaps_of_one_stalled_request_are_one_event() -> None:
+    # ITL: 20 requests of 50 gaps; one request stalls on every gap. 95% of gaps are good, but
+    # they are one request's worth of evidence, not 50 independent bad gaps.
+    counts = [(50, 50)] * 19 + [(0, 50)]
+    raw = 1000
+    assert effective_samples(counts) < raw / 10
+    # Spread evenly (each request 2.5 bad gaps on average), the gaps are nearly independent.
+    even = [(47, 50), (48, 50)] * 10
+    assert effective_samples(even) == raw  # batches agree exactly: no design effect
+
+
+def test_agreeing_or_tiny_runs_keep_their_raw_count() -> None:
+    assert effective_samples([(1, 1)] * 30) == 30
+    assert effective_samples([(0, 1)] * 30) == 30
+    assert effective_samples([(3, 4)]) == 4  # one batch: no spread to measure
+    assert effective_samples([]) == 0
+    assert effective_samples([(0, 0), (1, 1), (1, 1)]) == 2  # requests without samples skipped

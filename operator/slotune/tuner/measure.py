@@ -275,6 +275,7 @@ class CapacityMeasure:
             extended=extended,
             steady=steady,
             elapsed=elapsed,
+            confidence=self.probes.confidence,
         )
         lifetimes = [r.e2e for r in results if r.ok]
         if lifetimes:
@@ -374,10 +375,11 @@ def probe_record(
     extended: int,
     steady: capacity.Stationarity,
     elapsed: float,
+    confidence: float = attainment.CONFIDENCE,
 ) -> Probe:
     """A probe reduced to what the record keeps."""
     ok = [r for r in results if r.ok]
-    judged = attainment.judge_requests(slo, results)
+    judged = attainment.judge_requests(slo, results, confidence)
     targets = {}
     for name, a in judged.items():
         values = [v for r in ok for v in attainment.SLO_METRICS[name].samples(r)]
@@ -386,6 +388,7 @@ def probe_record(
             total=a.total,
             low=round(a.low, 4),
             high=round(a.high, 4),
+            effective=round(a.effective, 1) if a.effective is not None else None,
             value=_finite(percentile(values, a.percentile)) if values else None,
         )
     sends = [r.sent_at for r in results]
