@@ -1,4 +1,4 @@
-.PHONY: setup test unit integration engine lint format generate verify tune demo bench clean
+.PHONY: setup test unit integration engine lint format generate verify tune demo image bench clean
 
 PY := .venv/bin/python
 
@@ -36,6 +36,9 @@ tune:             ## the main job: a local tuning study on the real vLLM CPU eng
 
 demo:             ## the operator on a local control plane with the sample LLMDeployments
 	scripts/demo.sh
+
+image:            ## the operator image, daemonless (buildah), as build/slotune-operator-<version>.oci.tar
+	scripts/build-image.sh
 
 engine: setup     ## the engine tests (real vLLM CPU engine, real Prometheus)
 	scripts/setup.sh --with-engine

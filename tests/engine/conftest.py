@@ -22,7 +22,7 @@ from support.prometheus import PrometheusServer, prometheus_binary
 ENGINE_SLO = SloSpec(ttft=SloTarget(percentile=95, max_seconds=2.0))
 START_TIMEOUT = 300.0
 
-LOADS_OTHER_SHAPES = frozenset({"test_measurement.py"})
+LOADS_OTHER_SHAPES = frozenset({"test_measurement.py", "test_image_trial_load.py"})
 """Modules that load the shared engine with varied prompt and output lengths. They run last:
 test_prometheus_scrape checks the shape of *all* traffic the engine saw in the last minute."""
 

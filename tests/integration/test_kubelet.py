@@ -24,6 +24,7 @@ import pytest
 
 from support.cluster import Cluster, wait_for
 from support.engine import SERVED_NAME, TINY_MODEL, vllm_python
+from support.image import kubelet_image, operator_image
 from support.kubelet import (
     VLLM_COMMAND,
     Executable,
@@ -65,7 +66,13 @@ def kubelet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ),
     }
     work_dir = tmp_path_factory.mktemp("kubelet")
-    with Kubelet(cluster.kubeconfig, work_dir, commands, env={"PYTHONUNBUFFERED": "1"}) as node:
+    with Kubelet(
+        cluster.kubeconfig,
+        work_dir,
+        commands,
+        env={"PYTHONUNBUFFERED": "1"},
+        images=[kubelet_image()],
+    ) as node:
         yield node
     sys.stderr.write(f"\nKubelet work dir (pod logs): {work_dir}\n")
 
@@ -230,6 +237,86 @@ def test_job_completes_with_its_termination_message(
     assert terminated["message"] == f"{name} ran on {kubelet.node_name}\nkept\n"
     assert pod["status"]["podIP"].startswith("127.")
     assert pod["status"]["podIP"] != "127.0.0.1"
+
+
+def image_job(namespace: str, name: str, script: str, **security: Any) -> dict[str, Any]:
+    """A Job of the operator image, hardened as slotune's trial Job is."""
+    context = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        **security,
+    }
+    short = operator_image().removeprefix("docker.io/")  # as the chart names it
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": short,
+                            "command": ["sh", "-c"],
+                            "args": [script],
+                            "env": [{"name": "GREETING", "value": "from the image"}],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                            "securityContext": context,
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def test_a_pod_of_the_operator_image_runs_as_a_real_container(
+    cluster: Cluster, kubelet: Kubelet, ns: str
+) -> None:
+    """Its user, read-only root, capabilities, env, emptyDir and termination message are the
+    container runtime's, as the pod declares them."""
+    script = (
+        '{ id -u; echo "$GREETING"; touch /opt/x 2>/dev/null && echo writable || echo read-only;'
+        " echo kept > /tmp/note && cat /tmp/note; grep CapEff /proc/self/status;"
+        " slotune --help >/dev/null && echo slotune runs; } > /dev/termination-log"
+    )
+    create(cluster, image_job(ns, "in-image", script))
+    until(kubelet, "the Job to complete", lambda: job_complete(cluster, ns, "in-image"))
+    pod = pod_of_job(cluster, ns, "in-image")
+    assert pod is not None
+    terminated = container_status(pod)["state"]["terminated"]
+    assert terminated["exitCode"] == 0
+    assert terminated["message"].splitlines() == [
+        "65532",
+        "from the image",
+        "read-only",
+        "kept",
+        "CapEff:\t0000000000000000",
+        "slotune runs",
+    ]
+
+
+def test_run_as_non_root_refuses_root_as_a_kubelet_does(
+    cluster: Cluster, kubelet: Kubelet, ns: str
+) -> None:
+    create(cluster, image_job(ns, "as-root", "id -u", runAsUser=0))
+    pod = until(
+        kubelet,
+        "CreateContainerConfigError",
+        lambda: (
+            (p := pod_of_job(cluster, ns, "as-root"))
+            and container_status(p).get("state", {}).get("waiting", {}).get("reason")
+            == "CreateContainerConfigError"
+            and p
+        ),
+    )
+    assert "will run as root" in container_status(pod)["state"]["waiting"]["message"]
 
 
 def test_a_command_it_cannot_run_waits_with_create_container_error(

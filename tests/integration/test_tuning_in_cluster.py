@@ -31,9 +31,11 @@ from typing import Any
 import pytest
 
 from slotune import loadgen
+from slotune.render import LOAD_CONTAINER
 from slotune.tuner.records import loads
 from support.cluster import Cluster, OperatorProcess, wait_for
 from support.engine import TINY_MODEL, vllm_python
+from support.image import kubelet_image, operator_image
 from support.kubelet import Kubelet, Pod, operator_commands
 from support.prometheus import PrometheusServer, prometheus_binary
 
@@ -99,7 +101,10 @@ def space(*batched: int, seqs: tuple[int, ...] = (128, 1)) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def kubelet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubelet]:
     node = Kubelet(
-        cluster.kubeconfig, tmp_path_factory.mktemp("kubelet"), operator_commands(vllm_python())
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("kubelet"),
+        operator_commands(vllm_python()),
+        images=[kubelet_image()],  # the load Jobs run the operator image as real containers
     )
     with node:
         cluster.kubectl("create", "namespace", NAMESPACE)
@@ -135,7 +140,7 @@ def tuning_operator(
         tmp_path_factory.mktemp("logs") / "tuning-operator.log",
         env={
             "SLOTUNE_PROMETHEUS_URL": prometheus.url,
-            "SLOTUNE_IMAGE": "slotune/operator:test",
+            "SLOTUNE_IMAGE": operator_image().removeprefix("docker.io/"),  # as the chart has it
             "SLOTUNE_TRIAL_STARTUP_SECONDS": str(ENGINE_START),
         },
     )
@@ -353,6 +358,10 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
     assert current.measurement is not None
     assert defaults.measurement is not None
     assert current.measurement.capacity_rate * 1.2 < defaults.measurement.capacity_rate
+    # Every load Job ran the operator image as a real container (podman, runc).
+    loads = [cid for pod, name, cid in kubelet.started if name == LOAD_CONTAINER]
+    assert len(loads) >= len(kept), kubelet.started
+    assert all(cid.startswith("podman://") for cid in loads), loads
     assert done["promoted"]["params"] == {**defaults.params}
     assert done["promoted"]["trial"] == 0
     assert done["trialsCompleted"] == 3

@@ -122,18 +122,28 @@ def wait_for(
 
 
 class OperatorProcess:
-    """`slotune operator` as a separate process, under the chart's ServiceAccount."""
+    """`slotune operator` as a separate process, under the chart's ServiceAccount: this
+    checkout's, or the command `argv` gives (the operator image under podman)."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.env = env or {}
+        self.argv = argv or [
+            sys.executable, "-m", "slotune.cli", "operator", f"--kubeconfig={kubeconfig}",
+        ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "slotune.cli", "operator", f"--kubeconfig={self.kubeconfig}"],
+            self.argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             env={

@@ -14,8 +14,11 @@ Pending. `Kubelet` plays both parts for one Node:
   termination messages, probes and conditions; it honours deletion with a grace period;
 - it lists the pods annotated `prometheus.io/scrape: "true"` in a Prometheus file_sd file.
 
-There are no images: a container's command (`command` + `args`) is looked up by prefix in a
-table of `Executable`s. `operator_commands()` is the table for the operator's pods: the vLLM
+A pod whose image is one of the kubelet's `images` (the operator image, `make image`) runs as
+a real container under podman and runc, with its command, args, env, emptyDir volumes,
+termination-message file and securityContext. Other pods have no image here: a container's
+command (`command` + `args`) is looked up by prefix in a table of `Executable`s.
+`operator_commands()` is the table for the operator's pods: the vLLM
 image's `python3 -m vllm.entrypoints.openai.api_server` runs with the vLLM CPU environment's
 python and listens on the pod's IP; the operator image's `slotune` runs this checkout's.
 
@@ -54,7 +57,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -240,11 +243,14 @@ class PodDirs:
 
 @dataclass(frozen=True)
 class Launch:
-    """A process to start for a container."""
+    """A process to start for a container; `cleanup` runs once it has ended (a container
+    runtime's leftovers: a SIGKILLed `podman run` leaves its container behind)."""
 
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+    cleanup: tuple[str, ...] = ()
+    container_id: str = ""  # the runtime's name for it; a local process is `local://<pid>`
 
 
 _REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
@@ -393,9 +399,18 @@ def plan_launch(
     dirs: PodDirs,
     host_env: Mapping[str, str],
     lookup: Lookup,
+    images: Mapping[str, Image] | None = None,
+    start: int = 0,
 ) -> Launch:
-    """The process that runs a container here; ContainerConfigError when there is none."""
+    """The process that runs a container here; ContainerConfigError when there is none. A
+    container of one of `images` runs as a real container; any other, as a local process."""
     env = container_env(pod, container, pod_ip, lookup)
+    image = (images or {}).get(normalize_image(container.get("image", "")))
+    if image is not None:
+        name = container_name(pod, container["name"], start)
+        return podman_launch(
+            pod, container, image, name=name, env=env, dirs=dirs, host_env=host_env
+        )
     argv = [expand(arg, env) for arg in [*container.get("command", []), *container.get("args", [])]]
     matched, executable = match_command(argv, commands)
     termination = (
@@ -407,6 +422,101 @@ def plan_launch(
     args += [arg.replace("{pod_ip}", pod_ip) for arg in executable.append]
     local_env = {name: localize(value, termination, mounts) for name, value in env.items()}
     return Launch([*executable.argv, *args], {**host_env, **local_env}, dirs.root)
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image this kubelet runs as a real container (podman with runc): its full name and
+    the user its config names (for `runAsNonRoot`)."""
+
+    name: str
+    user: str
+    env: Mapping[str, str] = field(default_factory=dict)  # podman's own (its config)
+
+
+def normalize_image(reference: str) -> str:
+    """The full name a container runtime gives a reference: `slotune/operator:1` is
+    `docker.io/slotune/operator:1`, `nginx` is `docker.io/library/nginx:latest`."""
+    if "@" in reference:
+        return reference  # by digest: as it is
+    name, tag = reference, "latest"
+    if ":" in reference.rsplit("/", 1)[-1]:
+        name, tag = reference.rsplit(":", 1)
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    return f"{name}:{tag}"
+
+
+def container_name(pod: Pod, container: str, start: int) -> str:
+    meta = pod["metadata"]
+    uid = meta.get("uid", "")[:8]
+    raw = f"k8s_{container}_{meta['name']}_{meta.get('namespace', '')}_{uid}_{start}"
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)
+
+
+def podman_launch(
+    pod: Pod,
+    container: dict[str, Any],
+    image: Image,
+    *,
+    name: str,
+    env: Mapping[str, str],
+    dirs: PodDirs,
+    host_env: Mapping[str, str],
+) -> Launch:
+    """`podman run` of a container as its pod declares it: command and args, env, emptyDir
+    volumes, the termination-message file, and the securityContext (user, read-only root,
+    capabilities, privilege escalation) with `runAsNonRoot` checked as a kubelet checks it.
+    The pod's network is the host's: pod IPs are loopback addresses of this machine."""
+    pod_sc = pod["spec"].get("securityContext") or {}
+    sc = {**pod_sc, **(container.get("securityContext") or {})}
+    user, group = sc.get("runAsUser"), sc.get("runAsGroup")
+    if sc.get("runAsNonRoot"):
+        effective = str(user) if user is not None else image.user.split(":", 1)[0]
+        if not effective.isdigit():
+            raise ContainerConfigError(
+                "CreateContainerConfigError",
+                f"container has runAsNonRoot and image has non-numeric user ({effective or '-'}),"
+                " cannot verify user is non-root",
+            )
+        if int(effective) == 0:
+            raise ContainerConfigError(
+                "CreateContainerConfigError",
+                "container has runAsNonRoot and image will run as root",
+            )
+    argv = ["podman", "run", "--rm", "--replace", "--name", name, "--network=host"]
+    if user is not None:
+        argv.append(f"--user={user}" + (f":{group}" if group is not None else ""))
+    if sc.get("readOnlyRootFilesystem"):
+        argv += ["--read-only", "--read-only-tmpfs=false"]
+    if sc.get("allowPrivilegeEscalation") is False:
+        argv.append("--security-opt=no-new-privileges")
+    capabilities = sc.get("capabilities") or {}
+    argv += [f"--cap-drop={c}" for c in capabilities.get("drop") or []]
+    argv += [f"--cap-add={c}" for c in capabilities.get("add") or []]
+    empty_dirs = {v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v}
+    for mount in container.get("volumeMounts") or []:
+        if mount["name"] in empty_dirs:
+            local = dirs.volume(mount["name"]) / mount.get("subPath", "")
+            local.mkdir(parents=True, exist_ok=True)
+            local.chmod(0o777)  # emptyDirs are writable by any user of the pod
+            argv += ["--volume", f"{local}:{mount['mountPath']}:rw"]
+    termination = dirs.termination_log(container["name"])
+    termination.touch()
+    termination.chmod(0o666)
+    path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH
+    argv += ["--volume", f"{termination}:{path}:rw"]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    if container.get("command"):
+        argv.append("--entrypoint=" + json.dumps(container["command"]))
+    argv += [image.name, *(container.get("args") or [])]
+    podman_env = {**host_env, **image.env}
+    cleanup = ("podman", "rm", "--force", "--ignore", name)
+    return Launch(argv, podman_env, dirs.root, cleanup=cleanup, container_id=f"podman://{name}")
 
 
 def termination_message(
@@ -612,6 +722,9 @@ class LocalContainer:
         self.restart_policy = restart_policy
         self.max_backoff = max_backoff
         self.process: subprocess.Popen[bytes] | None = None
+        self.cleanup: tuple[str, ...] = ()
+        self.cleanup_env: dict[str, str] = {}
+        self.runtime_id = ""
         self.state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
         self.last_state: dict[str, Any] = {}
         self.starts = 0
@@ -627,7 +740,9 @@ class LocalContainer:
 
     @property
     def container_id(self) -> str:
-        return f"local://{self.process.pid}" if self.process is not None else ""
+        if self.process is None:
+            return ""
+        return self.runtime_id or f"local://{self.process.pid}"
 
     def due(self, now: float) -> bool:
         return self.process is None and not self.done and now >= self.restart_at
@@ -651,6 +766,8 @@ class LocalContainer:
                 raise ContainerConfigError(
                     "CreateContainerError", f"cannot run {launch.argv[0]}: {error.strerror}"
                 ) from None
+        self.cleanup, self.cleanup_env = launch.cleanup, launch.env
+        self.runtime_id = launch.container_id
         self.starts += 1
         self._started_at, self._started_mono = _now(), now
         self.state = {"running": {"startedAt": self._started_at}}
@@ -738,6 +855,10 @@ class LocalContainer:
             return
         self.signal(signal.SIGKILL)
         code = process.wait()
+        if self.cleanup:
+            subprocess.run(
+                self.cleanup, capture_output=True, timeout=60, check=False, env=self.cleanup_env
+            )
         if not _group_gone(process.pid, timeout=5):
             log.warning(
                 "Processes of container %s of pod %s outlived SIGKILL", self.name, self.pod_key
@@ -883,15 +1004,16 @@ class PodWorker:
 
     def _start(self, pod: Pod, container: LocalContainer, now: float) -> None:
         try:
-            container.start(self._plan(pod, container.spec), now)
+            container.start(self._plan(pod, container.spec, container.starts), now)
         except ContainerConfigError as error:
             container.cannot_start(error)
             return
         log.info(
             "Started container %s of pod %s (%s)", container.name, self.key, container.container_id
         )
+        self.kubelet.started.append((self.key, container.name, container.container_id))
 
-    def _plan(self, pod: Pod, spec: dict[str, Any]) -> Launch:
+    def _plan(self, pod: Pod, spec: dict[str, Any], starts: int) -> Launch:
         fault = self.kubelet.injected_fault(pod)
         if fault is not None:
             # The container starts, says why it fails, and exits 1.
@@ -905,6 +1027,8 @@ class PodWorker:
             dirs=self.dirs,
             host_env=self.kubelet.host_env,
             lookup=self.kubelet.lookup,
+            images=self.kubelet.images,
+            start=starts,
         )
 
     def _grace(self, pod: Pod) -> float:
@@ -1030,8 +1154,10 @@ class Kubelet:
         max_backoff: float = 10.0,
         stop_grace: float = 5.0,
         schedule: Callable[[Pod], bool] | None = None,
+        images: Sequence[Image] = (),
     ) -> None:
-        """`commands`: what each command prefix runs here. `env`: added to the minimal host
+        """`commands`: what each command prefix runs here; `images`: those whose containers
+        run as real containers instead (podman). `env`: added to the minimal host
         environment (PATH, HOME) under every container's own. Grace periods are capped at
         `max_grace` seconds, restart back-off at `max_backoff`. `schedule`: which unscheduled
         pods to bind; by default those created since the kubelet started, so that pods other
@@ -1039,6 +1165,9 @@ class Kubelet:
         self.work_dir = Path(work_dir).resolve()
         self.api = KubeApi(kubeconfig, self.work_dir / "credentials")
         self.commands = dict(commands)
+        self.images = {image.name: image for image in images}
+        self.started: list[tuple[str, str, str]] = []
+        """(namespace/pod, container, container ID) of every container start, in order."""
         self.node_name = node_name
         self.host_env = {
             "PATH": os.environ.get("PATH", os.defpath),

@@ -227,6 +227,24 @@ def test_the_report_is_written_from_records(tmp_path: Path) -> None:
     assert "vllm-defaults" in (tmp_path / "report" / "trials.txt").read_text()
 
 
+def test_without_matplotlib_the_report_is_the_table_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slotune.tuner import report  # noqa: PLC0415
+
+    monkeypatch.setattr(report, "plots_available", lambda: False)
+    s = spec(maxTrials=4)
+    tuner = make_tuner(tmp_path, s, ScriptedRuntime(), patience=3)
+    outcome = tuner.run()
+    assert s.slo is not None
+    page = report.write_report(
+        tmp_path / "r", outcome.records, s.slo, tuner.space, title="t", summary="s"
+    )
+    assert not (tmp_path / "r" / "capacity.png").exists()
+    assert "pip install &#x27;slotune[plots]&#x27;" in page.read_text()
+    assert "vllm-defaults" in (tmp_path / "r" / "trials.txt").read_text()
+
+
 def _stepwise_study(s: LLMDeploymentSpec) -> tuple[list[TrialRecord], Finished]:
     """The study as the operator runs it: a planner rebuilt from the records at every step."""
     records: list[TrialRecord] = []

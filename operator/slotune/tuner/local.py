@@ -22,7 +22,14 @@ from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions
 from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
-from slotune.tuner.report import PLOTS, format_table, table_rows, write_report
+from slotune.tuner.report import (
+    NO_PLOTS,
+    PLOTS,
+    format_table,
+    plots_available,
+    table_rows,
+    write_report,
+)
 from slotune.tuner.space import PLATFORMS, describe_params
 
 
@@ -259,5 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(table_rows(outcome.records, tuner.slo)))
     print()
     print(summary)
-    print(f"Report: {report} (plots: {', '.join(PLOTS)})")
+    shown = f"plots: {', '.join(PLOTS)}" if plots_available() else NO_PLOTS
+    print(f"Report: {report} ({shown})")
     return 0 if outcome.winner is not None else 1

@@ -1,32 +1,29 @@
-"""The study report: a table of trials and three plots, as PNG files and one HTML page.
-
-Plots: each trial's capacity with its interval, against the target rate and the prefill
-ceiling's rate; latency against offered rate (each SLO metric at its target percentile, at
-every probe) for vLLM's defaults and for the winner, with the SLO lines and the ceiling; and
-Optuna's parameter importance. Everything is drawn from trial records alone, so a report can
-be made again from a finished (or interrupted) study's `trials.jsonl`.
+"""The study report: a table of trials and three plots (`slotune.tuner.plots`), as PNG files
+and one HTML page. Everything is drawn from trial records alone, so a report can be made again
+from a finished (or interrupted) study's `trials.jsonl`. The plots need matplotlib, the `plots`
+extra (`pip install 'slotune[plots]'`): the operator image leaves it out, and without it the
+report is the table alone, and says so.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib as mpl
-
-mpl.use("Agg")
-import matplotlib.pyplot as plt
-import optuna
-
 from slotune.capacity import Capacity
 from slotune.models import SloSpec
-from slotune.tuner.records import TrialRecord, TrialState, study_ceiling
-from slotune.tuner.space import PARAM_SHORT, Space, describe_params
-from slotune.tuner.study import rebuild
+from slotune.tuner.records import TrialRecord
+from slotune.tuner.space import Space, describe_params
 
 PLOTS = ("capacity.png", "latency.png", "importance.png")
+NO_PLOTS = "no plots: they need matplotlib (pip install 'slotune[plots]')"
+
+
+def plots_available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _ms(value: float | None) -> str:
@@ -68,123 +65,6 @@ def format_table(rows: list[list[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
-    """Capacity per launched trial: a dot at the capacity, a thick bar over its bracket (the
-    first rate that failed above it) and a thin one over its interval (the bracket widened by
-    the run-to-run spread of engine starts)."""
-    launched = [r for r in records if r.state != TrialState.REJECTED]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    target = next((c.target_rate for r in launched if (c := _capacity(r))), None)
-    for r in launched:
-        c = _capacity(r)
-        color = "tab:green" if r.feasible else "tab:red" if c else "black"
-        if c is None:
-            ax.scatter([r.number], [0], marker="x", color=color)
-            continue
-        top = c.upper if c.upper is not None else c.capacity
-        low, high = c.interval
-        ax.plot([r.number, r.number], [low, high if high is not None else top], color=color,
-                linewidth=1, alpha=0.6)  # fmt: skip
-        ax.plot([r.number, r.number], [c.capacity, top], color=color, linewidth=4, alpha=0.5)
-        marker = "s" if r.phase == "finalist" else "o"
-        ax.scatter([r.number], [c.capacity], color=color, marker=marker, zorder=3)
-        if r.label == "vllm-defaults" and r.phase == "screen":
-            ax.annotate("vLLM defaults", (r.number, c.capacity), fontsize=7, xytext=(4, -10),
-                        textcoords="offset points")  # fmt: skip
-    if target is not None:
-        ax.axhline(target, color="black", linestyle="--", label=f"target {target:.3g} req/s")
-    ceiling = study_ceiling(list(records))
-    if ceiling is not None and ceiling.prefill_rate:
-        ax.axhline(
-            ceiling.prefill_rate,
-            color="tab:purple",
-            linestyle=":",
-            label=f"prefill ceiling {ceiling.prefill_rate:.3g} req/s",
-        )
-    ax.scatter([], [], color="tab:green", label="feasible")
-    ax.scatter([], [], color="tab:red", label="infeasible")
-    ax.scatter([], [], color="gray", marker="s", label="re-measure")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("capacity (req/s within every SLO target)")
-    ax.set_title("Capacity per trial: [highest rate passed, first rate not passed)")
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_latency(
-    records: Sequence[TrialRecord], slo: SloSpec, winner: TrialRecord | None, path: Path
-) -> None:
-    """Each SLO metric at its target percentile against the offered rate, at every probe, for
-    vLLM's defaults and the winner: the curves whose crossing of the SLO line is the capacity."""
-    targets = list(slo.targets().items())
-    fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
-    baseline = next(
-        (r for r in records if r.label == "vllm-defaults" and r.phase == "screen"), None
-    )
-    shown = [(baseline, "vLLM defaults", "tab:red")]
-    if winner is not None and winner is not baseline:
-        shown.append((winner, f"winner #{winner.number}", "tab:green"))
-    ceiling = study_ceiling(list(records))
-    for ax, (name, target) in zip(axes[0], targets, strict=True):
-        for record, label, color in shown:
-            c = _capacity(record) if record else None
-            if c is None:
-                continue
-            points = sorted(
-                (p.rate, p.targets[name].value, p.verdict)
-                for p in c.probes
-                if name in p.targets and p.targets[name].value is not None
-            )
-            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], "-o", color=color,
-                    label=f"{label}: {c.capacity:.3g} req/s in this measurement")  # fmt: skip
-        ax.axhline(target.max_seconds, color="black", linestyle="--",
-                   label=f"SLO p{target.percentile:g} <= {target.max_seconds:g}s")  # fmt: skip
-        if ceiling is not None and ceiling.prefill_rate:
-            ax.axvline(ceiling.prefill_rate, color="tab:purple", linestyle=":",
-                       label="prefill ceiling")  # fmt: skip
-        ax.set_yscale("log")
-        ax.set_xlabel("offered rate (req/s)")
-        ax.set_ylabel(f"{name} p{target.percentile:g} (s)")
-        ax.set_title(f"{name.upper()} p{target.percentile:g} against offered rate")
-        ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_importance(records: Sequence[TrialRecord], space: Space, slo: SloSpec, path: Path) -> str:
-    study = optuna.create_study(direction="maximize")
-    rebuild(study, space, slo, [r for r in records if r.state == TrialState.MEASURED])
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    note = ""
-    try:
-        # PED-ANOVA: Optuna's own estimator, no scikit-learn needed (fANOVA needs it).
-        importances = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
-        )
-    except (RuntimeError, ValueError, ImportError) as error:
-        importances = {}
-        note = f"parameter importance needs more measured trials ({error})"
-    if importances:
-        names = list(importances)[::-1]
-        ax.barh(
-            [PARAM_SHORT.get(n, n) for n in names],
-            [importances[n] for n in names],
-            color="tab:blue",
-        )
-        ax.set_xlabel("importance (PED-ANOVA)")
-    else:
-        ax.text(0.5, 0.5, note or "no varying parameter", ha="center", va="center", wrap=True)
-        ax.set_axis_off()
-    ax.set_title("Parameter importance for capacity")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return note
-
-
 def write_report(
     out_dir: Path,
     records: Sequence[TrialRecord],
@@ -195,18 +75,21 @@ def write_report(
     summary: str,
     winner: TrialRecord | None = None,
 ) -> Path:
-    """Writes capacity.png, latency.png, importance.png, trials.txt and report.html."""
+    """Writes trials.txt and report.html, and the PLOTS where matplotlib is installed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot_capacity(records, out_dir / "capacity.png")
-    plot_latency(records, slo, winner, out_dir / "latency.png")
-    plot_importance(records, space, slo, out_dir / "importance.png")
+    if plots_available():
+        from slotune.tuner import plots  # noqa: PLC0415 - matplotlib is an extra, slow to load
+
+        plots.write_plots(out_dir, records, slo, space, winner)
+        images = "".join(
+            f'<img alt="{name}" src="data:image/png;base64,'
+            f'{base64.b64encode((out_dir / name).read_bytes()).decode()}">'
+            for name in PLOTS
+        )
+    else:
+        images = f"<p>{html.escape(NO_PLOTS)}</p>"
     rows = table_rows(records, slo)
     (out_dir / "trials.txt").write_text(format_table(rows) + "\n")
-    images = "".join(
-        f'<img alt="{name}" src="data:image/png;base64,'
-        f'{base64.b64encode((out_dir / name).read_bytes()).decode()}">'
-        for name in PLOTS
-    )
     table = (
         "<table>"
         + "".join(

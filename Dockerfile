@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+# The slotune operator image; trial load Jobs run it too (`slotune trial-load`).
+#
+#   docker build -t slotune/operator:0.1.0 .
+#
+# Here, with no Docker daemon and no registry: `make image` (scripts/build-image.sh) builds it
+# with buildah on a Debian base bootstrapped by mmdebstrap and passed as BASE.
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS build
+# A virtual environment holding slotune and its dependencies, nothing else.
+RUN python3 -m venv /opt/slotune
+# Dependencies first, from pyproject.toml alone, so a code change reuses this layer. A machine
+# behind a TLS-intercepting proxy passes its CA bundle as the build secret `cacert`; it is used
+# by this step only and never stored in a layer.
+COPY pyproject.toml /src/pyproject.toml
+RUN --mount=type=secret,id=cacert \
+    if [ -s /run/secrets/cacert ]; then export PIP_CERT=/run/secrets/cacert; fi; \
+    /opt/slotune/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
+    && /opt/slotune/bin/pip install --no-cache-dir --disable-pip-version-check -q -r /tmp/requirements.txt
+COPY README.md /src/README.md
+COPY operator /src/operator
+RUN /opt/slotune/bin/pip install --no-cache-dir --disable-pip-version-check -q --no-deps /src \
+    && /opt/slotune/bin/pip uninstall -y -q pip \
+    && rm -rf /opt/slotune/bin/activate* \
+    # Bytecode now: the root filesystem is read-only at run time.
+    && /opt/slotune/bin/python -m compileall -q -j 0 /opt/slotune/lib
+
+FROM ${BASE}
+LABEL org.opencontainers.image.title="slotune operator" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# No pip in the final image: the base's own goes too (where it has one).
+RUN python3 -m pip uninstall -y -q pip 2>/dev/null || true
+COPY --from=build /opt/slotune /opt/slotune
+# A read-only root: everything that writes goes to /tmp (an emptyDir in the chart).
+ENV PATH=/opt/slotune/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/tmp \
+    XDG_CACHE_HOME=/tmp/.cache \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# Numeric, so that `runAsNonRoot` without `runAsUser` (the trial Job) can verify it.
+USER 65532:65532
+WORKDIR /tmp
+ENTRYPOINT ["slotune"]
+CMD ["operator"]

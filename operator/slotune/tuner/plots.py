@@ -1,0 +1,157 @@
+"""The study report's plots (matplotlib, the `plots` extra): each trial's capacity with its
+interval, against the target rate and the prefill ceiling's rate; latency against offered rate
+(each SLO metric at its target percentile, at every probe) for vLLM's defaults and for the
+winner, with the SLO lines and the ceiling; and Optuna's parameter importance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+
+mpl.use("Agg")
+import matplotlib.pyplot as plt
+import optuna
+
+from slotune.capacity import Capacity
+from slotune.models import SloSpec
+from slotune.tuner.records import TrialRecord, TrialState, study_ceiling
+from slotune.tuner.space import PARAM_SHORT, Space
+from slotune.tuner.study import rebuild
+
+PLOTS = ("capacity.png", "latency.png", "importance.png")
+
+
+def _capacity(record: TrialRecord) -> Capacity | None:
+    return record.measurement.capacity if record.measurement else None
+
+
+def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
+    """Capacity per launched trial: a dot at the capacity, a thick bar over its bracket (the
+    first rate that failed above it) and a thin one over its interval (the bracket widened by
+    the run-to-run spread of engine starts)."""
+    launched = [r for r in records if r.state != TrialState.REJECTED]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    target = next((c.target_rate for r in launched if (c := _capacity(r))), None)
+    for r in launched:
+        c = _capacity(r)
+        color = "tab:green" if r.feasible else "tab:red" if c else "black"
+        if c is None:
+            ax.scatter([r.number], [0], marker="x", color=color)
+            continue
+        top = c.upper if c.upper is not None else c.capacity
+        low, high = c.interval
+        ax.plot([r.number, r.number], [low, high if high is not None else top], color=color,
+                linewidth=1, alpha=0.6)  # fmt: skip
+        ax.plot([r.number, r.number], [c.capacity, top], color=color, linewidth=4, alpha=0.5)
+        marker = "s" if r.phase == "finalist" else "o"
+        ax.scatter([r.number], [c.capacity], color=color, marker=marker, zorder=3)
+        if r.label == "vllm-defaults" and r.phase == "screen":
+            ax.annotate("vLLM defaults", (r.number, c.capacity), fontsize=7, xytext=(4, -10),
+                        textcoords="offset points")  # fmt: skip
+    if target is not None:
+        ax.axhline(target, color="black", linestyle="--", label=f"target {target:.3g} req/s")
+    ceiling = study_ceiling(list(records))
+    if ceiling is not None and ceiling.prefill_rate:
+        ax.axhline(
+            ceiling.prefill_rate,
+            color="tab:purple",
+            linestyle=":",
+            label=f"prefill ceiling {ceiling.prefill_rate:.3g} req/s",
+        )
+    ax.scatter([], [], color="tab:green", label="feasible")
+    ax.scatter([], [], color="tab:red", label="infeasible")
+    ax.scatter([], [], color="gray", marker="s", label="re-measure")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("capacity (req/s within every SLO target)")
+    ax.set_title("Capacity per trial: [highest rate passed, first rate not passed)")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_latency(
+    records: Sequence[TrialRecord], slo: SloSpec, winner: TrialRecord | None, path: Path
+) -> None:
+    """Each SLO metric at its target percentile against the offered rate, at every probe, for
+    vLLM's defaults and the winner: the curves whose crossing of the SLO line is the capacity."""
+    targets = list(slo.targets().items())
+    fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
+    baseline = next(
+        (r for r in records if r.label == "vllm-defaults" and r.phase == "screen"), None
+    )
+    shown = [(baseline, "vLLM defaults", "tab:red")]
+    if winner is not None and winner is not baseline:
+        shown.append((winner, f"winner #{winner.number}", "tab:green"))
+    ceiling = study_ceiling(list(records))
+    for ax, (name, target) in zip(axes[0], targets, strict=True):
+        for record, label, color in shown:
+            c = _capacity(record) if record else None
+            if c is None:
+                continue
+            points = sorted(
+                (p.rate, p.targets[name].value, p.verdict)
+                for p in c.probes
+                if name in p.targets and p.targets[name].value is not None
+            )
+            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], "-o", color=color,
+                    label=f"{label}: {c.capacity:.3g} req/s in this measurement")  # fmt: skip
+        ax.axhline(target.max_seconds, color="black", linestyle="--",
+                   label=f"SLO p{target.percentile:g} <= {target.max_seconds:g}s")  # fmt: skip
+        if ceiling is not None and ceiling.prefill_rate:
+            ax.axvline(ceiling.prefill_rate, color="tab:purple", linestyle=":",
+                       label="prefill ceiling")  # fmt: skip
+        ax.set_yscale("log")
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel(f"{name} p{target.percentile:g} (s)")
+        ax.set_title(f"{name.upper()} p{target.percentile:g} against offered rate")
+        ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_importance(records: Sequence[TrialRecord], space: Space, slo: SloSpec, path: Path) -> str:
+    study = optuna.create_study(direction="maximize")
+    rebuild(study, space, slo, [r for r in records if r.state == TrialState.MEASURED])
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    note = ""
+    try:
+        # PED-ANOVA: Optuna's own estimator, no scikit-learn needed (fANOVA needs it).
+        importances = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+        )
+    except (RuntimeError, ValueError, ImportError) as error:
+        importances = {}
+        note = f"parameter importance needs more measured trials ({error})"
+    if importances:
+        names = list(importances)[::-1]
+        ax.barh(
+            [PARAM_SHORT.get(n, n) for n in names],
+            [importances[n] for n in names],
+            color="tab:blue",
+        )
+        ax.set_xlabel("importance (PED-ANOVA)")
+    else:
+        ax.text(0.5, 0.5, note or "no varying parameter", ha="center", va="center", wrap=True)
+        ax.set_axis_off()
+    ax.set_title("Parameter importance for capacity")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return note
+
+
+def write_plots(
+    out_dir: Path,
+    records: Sequence[TrialRecord],
+    slo: SloSpec,
+    space: Space,
+    winner: TrialRecord | None,
+) -> None:
+    plot_capacity(records, out_dir / "capacity.png")
+    plot_latency(records, slo, winner, out_dir / "latency.png")
+    plot_importance(records, space, slo, out_dir / "importance.png")
