@@ -10,18 +10,21 @@ ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE} AS build
 # A virtual environment holding slotune and its dependencies, nothing else.
 RUN python3 -m venv /opt/slotune
-# Dependencies first, from pyproject.toml alone, so a code change reuses this layer. A machine
+# Dependencies (and the build backend) first, from pyproject.toml alone, so a code change
+# reuses this layer. A machine
 # behind a TLS-intercepting proxy passes its CA bundle as the build secret `cacert`; it is used
 # by this step only and never stored in a layer.
 COPY pyproject.toml /src/pyproject.toml
 RUN --mount=type=secret,id=cacert \
     if [ -s /run/secrets/cacert ]; then export PIP_CERT=/run/secrets/cacert; fi; \
-    /opt/slotune/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
+    /opt/slotune/bin/python -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb")); print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' > /tmp/requirements.txt \
     && /opt/slotune/bin/pip install --no-cache-dir --disable-pip-version-check -q -r /tmp/requirements.txt
 COPY README.md /src/README.md
 COPY operator /src/operator
-RUN /opt/slotune/bin/pip install --no-cache-dir --disable-pip-version-check -q --no-deps /src \
-    && /opt/slotune/bin/pip uninstall -y -q pip \
+# The package itself needs no network: its build backend came with the dependencies.
+RUN /opt/slotune/bin/pip install --no-cache-dir --disable-pip-version-check -q --no-deps \
+        --no-build-isolation /src \
+    && /opt/slotune/bin/pip uninstall -y -q setuptools pip \
     && rm -rf /opt/slotune/bin/activate* \
     # Bytecode now: the root filesystem is read-only at run time.
     && /opt/slotune/bin/python -m compileall -q -j 0 /opt/slotune/lib

@@ -17,7 +17,7 @@
     .venv/bin/python bench/capacity_repeatability.py --engines 5 --repeats 6
 
 Uses the `make tune` example (examples/tune-cpu.yaml) and its vLLM defaults unless --params
-gives another configuration as JSON. Writes bench/results/capacity-repeatability.json (part 1)
+gives another configuration as JSON. Writes bench/results/capacity-repeatability-seedN.json (part 1)
 and bench/results/verdict-flips.json (part 2).
 """
 
@@ -88,6 +88,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
     parser.add_argument("--spec", type=Path, default=EXAMPLE)
     parser.add_argument("--params", default=None, help="the configuration, JSON (default: vLLM's)")
     parser.add_argument("--engines", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=100, help="engine i uses seed + i")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
         "--rates", default=None, help="part 2's rates, comma-separated (default: around part 1's)"
@@ -109,8 +110,8 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
         began = time.monotonic()
         engine = start(runtime, spec, params)
         try:
-            m = measure(engine.base_url, MeasureRequest(seed=100 + i, target_rate=target,
-                                                        precise=True))  # fmt: skip
+            request = MeasureRequest(seed=args.seed + i, target_rate=target, precise=True)
+            m = measure(engine.base_url, request)
         finally:
             engine.stop()
         if m.capacity is None:
@@ -150,7 +151,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
             "intervals_share_a_rate": shared,
             "inside_pairs": [inside, pairs],
         }
-        write(result, "capacity-repeatability.json")
+        write(result, f"capacity-repeatability-seed{args.seed}.json")
     if not args.repeats:
         return 0
 

@@ -34,7 +34,7 @@ if ! podman image exists "$base"; then
   if [[ ! -s "$tarball" ]]; then
     echo "Bootstrapping the Debian $suite base (once, about a minute)" >&2
     SECONDS=0
-    mmdebstrap --quiet --variant=essential --include="$packages" \
+    mmdebstrap --quiet --variant=essential --format=tar --include="$packages" \
       --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
       "$suite" "$tarball.part"
     mv "$tarball.part" "$tarball"

@@ -39,11 +39,12 @@ from slotune.attainment import Attainment, Verdict, combine
 STEP = 2 ** (1 / 6)
 """Rate grid ratio: six steps to a doubling, so one step is 12%."""
 MAX_PROBES = 8
-RESTART_SPREAD = 1
-"""Grid steps by which one configuration's capacity moves between engine starts, measured:
-five fresh engines of the same configuration found capacities over three adjacent steps
-(`bench/results/capacity-repeatability.md`). A capacity's interval is its bracket widened by
-this much on each side, so that it states what another start would find, not only this one."""
+RESTART_SPREAD = 2
+"""Grid steps by which one configuration's capacity moves between engine starts and arrival
+schedules, measured: five fresh engines of vLLM's CPU defaults on five schedules found
+capacities over five grid steps, 2.53-4.01 req/s (`bench/results/capacity-repeatability.md`).
+A capacity's interval is its bracket widened by this much on each side, so that it states
+what another start would find, not only this one; with it, every two of the five overlap."""
 
 
 class ProbeVerdict(StrEnum):
@@ -359,7 +360,7 @@ class Capacity(Record):
     bracket of this engine start. `interval` widens it by the run-to-run spread."""
 
     capacity: float
-    upper: float | None
+    upper: float | None = None  # omitted from a compact record when every probe passed
     target_rate: float
     feasible: bool
     stopped: str

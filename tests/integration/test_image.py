@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from support.cluster import Cluster, OperatorProcess, wait_for
-from support.image import ROOT, operator_image, podman, run_argv
+from support.image import CONTAINERS_CONF, ROOT, operator_image, podman, run_argv
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +88,7 @@ def image_operator(
     process = OperatorProcess(
         operator_kubeconfig,
         tmp_path / "image-operator.log",
+        env={"CONTAINERS_CONF": str(CONTAINERS_CONF)},  # podman's, not the container's
         argv=run_argv(
             image,
             ["operator", "--kubeconfig=/config/kubeconfig"],

@@ -278,7 +278,8 @@ def test_overlapping_intervals() -> None:
 
 def test_a_capacity_describes_its_interval_and_its_bracket() -> None:
     found = Capacity(capacity=4.01, upper=4.5, target_rate=7.15, feasible=False, stopped="-")
-    assert found.describe() == "4.01 req/s [3.57, 5.05) (bracket [4.01, 4.5))"
+    assert capacity.RESTART_SPREAD == 2  # two grid steps each side: x/÷ 2 ** (1/3)
+    assert found.describe() == "4.01 req/s [3.18, 5.67) (bracket [4.01, 4.5))"
 
 
 def test_one_definition_per_slo_metric_everywhere() -> None:
@@ -338,3 +339,18 @@ def test_agreeing_or_tiny_runs_keep_their_raw_count() -> None:
     assert effective_samples([(3, 4)]) == 4  # one batch: no spread to measure
     assert effective_samples([]) == 0
     assert effective_samples([(0, 0), (1, 1), (1, 1)]) == 2  # requests without samples skipped
+
+
+def test_a_compact_record_of_a_search_that_never_failed_reads_back() -> None:
+    """The load Job's termination message drops empty fields; a capacity with no failed rate
+    (every probe passed, up to the ceiling) must still read back (the operator parses it)."""
+    from slotune.tuner.measure import compact  # noqa: PLC0415 - loads the load generator
+    from slotune.tuner.records import Measurement  # noqa: PLC0415
+
+    found = Capacity(
+        capacity=4.0, upper=None, target_rate=2.0, feasible=True, stopped="passed at the top"
+    )
+    text = compact(Measurement(capacity=found))
+    assert '"upper"' not in text
+    again = Measurement.model_validate_json(text)
+    assert again.capacity == found
