@@ -463,7 +463,7 @@ def render_load_job(
                             "terminationMessagePath": TERMINATION_LOG,
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                             "resources": {"requests": {"cpu": "1", "memory": "256Mi"}},
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 - an emptyDir of its own
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,
