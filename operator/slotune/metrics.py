@@ -408,23 +408,6 @@ def arrival_rate(
     return f"{finished} + {in_engine} + {rejected}"
 
 
-PEAK_RESOLUTION = "1m"
-"""The span of one arrival-rate reading whose highest value over a window is its peak."""
-PEAK_STEP = "15s"
-
-
-def peak_arrival_rate(
-    window: str, selector: Selector = Selector(), *, names: MetricNames = DEFAULT_NAMES
-) -> str:
-    """The highest one-minute arrival rate within the window (a subquery every 15 s): the rate
-    a configuration must carry, since traffic that averages 4 req/s over an hour can arrive at
-    6 for minutes on end. A window of a minute or less has its mean as its peak."""
-    if window_seconds(window) <= window_seconds(PEAK_RESOLUTION):
-        return arrival_rate(window, selector, names=names)
-    short = arrival_rate(PEAK_RESOLUTION, selector, names=names)
-    return f"max_over_time(({short})[{window}:{PEAK_STEP}])"
-
-
 def prompt_length_mean(
     window: str, selector: Selector = Selector(), *, names: MetricNames = DEFAULT_NAMES
 ) -> str:
@@ -469,13 +452,11 @@ def workload_fingerprint_queries(
     percentiles: Sequence[float] = FINGERPRINT_PERCENTILES,
     names: MetricNames = DEFAULT_NAMES,
 ) -> dict[str, str]:
-    """Every query of the fingerprint, by key (`arrival_rate`, `peak_arrival_rate`,
-    `prompt_mean`, `prompt_p50`,
+    """Every query of the fingerprint, by key (`arrival_rate`, `prompt_mean`, `prompt_p50`,
     …, `output_mean`, `output_p99`). Token quantiles are interpolated inside vLLM's 1-2-5
     token buckets, so they are estimates; the means are exact."""
     queries = {
         "arrival_rate": arrival_rate(window, selector, names=names),
-        "peak_arrival_rate": peak_arrival_rate(window, selector, names=names),
         "prompt_mean": prompt_length_mean(window, selector, names=names),
         "output_mean": output_length_mean(window, selector, names=names),
     }
@@ -492,7 +473,6 @@ class WorkloadFingerprint:
 
     window: str
     arrival_rate: float | None
-    peak_arrival_rate: float | None
     prompt_mean: float | None
     output_mean: float | None
     prompt_quantiles: dict[float, float | None]
@@ -790,7 +770,6 @@ class PrometheusSource:
         return WorkloadFingerprint(
             window=window,
             arrival_rate=values["arrival_rate"],
-            peak_arrival_rate=values["peak_arrival_rate"],
             prompt_mean=values["prompt_mean"],
             output_mean=values["output_mean"],
             prompt_quantiles={p: values[f"prompt_p{p:g}"] for p in percentiles},

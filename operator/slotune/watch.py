@@ -110,9 +110,8 @@ class PrometheusMonitor:
 def live_workload(
     source: PrometheusSource, spec: LLMDeploymentSpec, namespace: str, served: str
 ) -> WorkloadSpec | None:
-    """The trial workload shaped like live traffic over the SLO window: its peak arrival rate
-    (the highest one-minute rate: what a configuration must carry with headroom) and its mean
-    prompt and output lengths. None until there has been traffic to copy."""
+    """The trial workload shaped like live traffic over the SLO window: its arrival rate and
+    mean prompt and output lengths. None until there has been traffic to copy."""
     window = spec.slo.window if spec.slo else "5m"
     try:
         fingerprint = source.workload_fingerprint(
@@ -121,7 +120,7 @@ def live_workload(
     except Exception:  # noqa: BLE001 - Prometheus trouble is reported by the SLO reading
         return None
     rate, prompt, output = (
-        fingerprint.peak_arrival_rate or fingerprint.arrival_rate,
+        fingerprint.arrival_rate,
         fingerprint.prompt_mean,
         fingerprint.output_mean,
     )

@@ -114,7 +114,6 @@ def test_workload_fingerprint_covers_arrivals_and_both_length_distributions() ->
     queries = metrics.workload_fingerprint_queries("10m", TINY, percentiles=[50, 99])
     assert set(queries) == {
         "arrival_rate",
-        "peak_arrival_rate",
         "prompt_mean",
         "output_mean",
         "prompt_p50",
@@ -134,17 +133,6 @@ def test_workload_fingerprint_covers_arrivals_and_both_length_distributions() ->
     assert 'delta(vllm:num_requests_waiting{model_name="tiny"}[10m])' in arrivals
     assert "/ 600" in arrivals
     assert "or vector(0)" in arrivals
-    # The peak: the highest one-minute arrival rate over the window, every 15 s.
-    peak = queries["peak_arrival_rate"]
-    assert peak.startswith("max_over_time((")
-    assert peak.endswith(")[10m:15s])")
-    assert 'rate(vllm:request_success_total{model_name="tiny"}[1m])' in peak
-    assert "/ 60 +" in peak
-
-
-def test_the_peak_of_a_window_of_a_minute_or_less_is_its_mean() -> None:
-    for window in ("30s", "1m"):
-        assert metrics.peak_arrival_rate(window, TINY) == metrics.arrival_rate(window, TINY)
 
 
 # --- names across versions ----------------------------------------------------------------
