@@ -93,8 +93,7 @@ def effective_samples(per_request: Sequence[tuple[int, int]], batches: int = BAT
     nothing, and so does a run of fewer than two batches: the raw count stands.
     """
     counted = [(g, n) for g, n in per_request if n > 0]
-    good = sum(g for g, _ in counted)
-    total = sum(n for _, n in counted)
+    good, total = _totals(counted)
     b = min(batches, len(counted))
     if total == 0 or good in (0, total) or b < 2:
         return float(total)
@@ -102,8 +101,7 @@ def effective_samples(per_request: Sequence[tuple[int, int]], batches: int = BAT
     edges = [round(i * len(counted) / b) for i in range(b + 1)]
     squares = 0.0
     for lo, hi in itertools.pairwise(edges):
-        g = sum(x for x, _ in counted[lo:hi])
-        n = sum(y for _, y in counted[lo:hi])
+        g, n = _totals(counted[lo:hi])
         squares += (g - p * n) ** 2
     variance = b / (b - 1) * squares / total**2
     design_effect = max(1.0, variance / (p * (1 - p) / total))
@@ -270,10 +268,13 @@ def per_request(
     return counts
 
 
+def _totals(counts: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    return sum(g for g, _ in counts), sum(n for _, n in counts)
+
+
 def tally(name: str, results: Sequence[RequestOutcome], max_seconds: float) -> tuple[int, int]:
     """(good, total) samples of one metric over all the results."""
-    counts = per_request(name, results, max_seconds)
-    return sum(g for g, _ in counts), sum(n for _, n in counts)
+    return _totals(per_request(name, results, max_seconds))
 
 
 def judge_requests(
@@ -284,7 +285,7 @@ def judge_requests(
     judged = {}
     for name, target in slo.targets().items():
         counts = per_request(name, results, target.max_seconds)
-        good, total = sum(g for g, _ in counts), sum(n for _, n in counts)
+        good, total = _totals(counts)
         judged[name] = judge(
             name, target, good, total, confidence, effective=effective_samples(counts)
         )

@@ -16,9 +16,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from slotune import models
-from slotune.capacity import Capacity
 from slotune.engine.startup import classify_failure
-from slotune.tuner.records import Measurement, TrialRecord, TrialState
+from slotune.tuner.records import Measurement, TrialRecord, TrialState, record_capacity
 
 HISTORY = 20  # trials kept in status; the ConfigMap keeps them all
 
@@ -134,15 +133,11 @@ def shown(record: TrialRecord) -> models.TrialRecord:
         params=record.params,
         state=state,
         score=round(record.score, 4),
-        capacity=round(c.capacity, 4) if (c := _capacity(record)) else None,
+        capacity=round(c.capacity, 4) if (c := record_capacity(record)) else None,
         capacity_upper=round(c.upper, 4) if c and c.upper is not None else None,
         feasible=record.feasible,
         cause=(record.cause or "")[:300] or None,
     )
-
-
-def _capacity(record: TrialRecord) -> Capacity | None:
-    return record.measurement.capacity if record.measurement else None
 
 
 def summarize(records: list[TrialRecord], tuning: models.TuningStatus) -> models.TuningStatus:

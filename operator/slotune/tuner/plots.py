@@ -15,17 +15,11 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import optuna
 
-from slotune.capacity import Capacity
 from slotune.models import SloSpec
-from slotune.tuner.records import TrialRecord, TrialState, study_ceiling
+from slotune.tuner.records import TrialRecord, TrialState, record_capacity, study_ceiling
+from slotune.tuner.report import PLOTS
 from slotune.tuner.space import PARAM_SHORT, Space
 from slotune.tuner.study import rebuild
-
-PLOTS = ("capacity.png", "latency.png", "importance.png")
-
-
-def _capacity(record: TrialRecord) -> Capacity | None:
-    return record.measurement.capacity if record.measurement else None
 
 
 def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
@@ -34,9 +28,9 @@ def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
     the run-to-run spread of engine starts)."""
     launched = [r for r in records if r.state != TrialState.REJECTED]
     fig, ax = plt.subplots(figsize=(7, 4))
-    target = next((c.target_rate for r in launched if (c := _capacity(r))), None)
+    target = next((c.target_rate for r in launched if (c := record_capacity(r))), None)
     for r in launched:
-        c = _capacity(r)
+        c = record_capacity(r)
         color = "tab:green" if r.feasible else "tab:red" if c else "black"
         if c is None:
             ax.scatter([r.number], [0], marker="x", color=color)
@@ -89,7 +83,7 @@ def plot_latency(
     ceiling = study_ceiling(list(records))
     for ax, (name, target) in zip(axes[0], targets, strict=True):
         for record, label, color in shown:
-            c = _capacity(record) if record else None
+            c = record_capacity(record) if record else None
             if c is None:
                 continue
             points = sorted(
@@ -152,6 +146,7 @@ def write_plots(
     space: Space,
     winner: TrialRecord | None,
 ) -> None:
-    plot_capacity(records, out_dir / "capacity.png")
-    plot_latency(records, slo, winner, out_dir / "latency.png")
-    plot_importance(records, space, slo, out_dir / "importance.png")
+    capacity, latency, importance = (out_dir / name for name in PLOTS)
+    plot_capacity(records, capacity)
+    plot_latency(records, slo, winner, latency)
+    plot_importance(records, space, slo, importance)

@@ -74,6 +74,11 @@ class TrialRecord(BaseModel):
         return self.state != TrialState.REJECTED
 
 
+def record_capacity(record: TrialRecord) -> Capacity | None:
+    """The capacity a trial measured, if it measured one."""
+    return record.measurement.capacity if record.measurement else None
+
+
 def study_ceiling(records: list[TrialRecord]) -> Ceiling | None:
     """The engine's ceilings as the study measured them (once, on vLLM's defaults)."""
     found = (r.measurement.ceiling for r in records if r.measurement is not None)

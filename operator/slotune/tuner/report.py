@@ -13,9 +13,8 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-from slotune.capacity import Capacity
 from slotune.models import SloSpec
-from slotune.tuner.records import TrialRecord
+from slotune.tuner.records import TrialRecord, record_capacity
 from slotune.tuner.space import Space, describe_params
 
 PLOTS = ("capacity.png", "latency.png", "importance.png")
@@ -30,10 +29,6 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f}"
 
 
-def _capacity(record: TrialRecord) -> Capacity | None:
-    return record.measurement.capacity if record.measurement else None
-
-
 def table_rows(records: Sequence[TrialRecord], slo: SloSpec) -> list[list[str]]:
     header = ["#", "phase", "label", "configuration", "state", "capacity req/s", "probes"]
     header += [
@@ -44,7 +39,7 @@ def table_rows(records: Sequence[TrialRecord], slo: SloSpec) -> list[list[str]]:
     rows = [header]
     for r in records:
         m = r.measurement
-        c = _capacity(r)
+        c = record_capacity(r)
         row = [str(r.number), r.phase, r.label or "", describe_params(r.params), str(r.state)]
         if c is None:
             row += ["-", "-"]
