@@ -494,6 +494,11 @@ class Study:
         if winner is None:
             tuning.state = TuningState.COMPLETED
             tuning.message = f"no configuration met the SLO in {done}; serving is unchanged"
+            if finished.best is not None and finished.confirmed is not None:
+                tuning.message += (
+                    f"; the best, trial {finished.best.number} ({_describe(finished.best.params)})"
+                    f", carries {finished.confirmed.describe()}"
+                )
             self.events.append(Event("Warning", "NoConfigurationMetSLO", tuning.message))
             return self._result(tuning)
         if self.spec.tuning.apply == "Recommend":

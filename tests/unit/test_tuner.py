@@ -7,7 +7,7 @@ tests/engine and the benchmark); they answer from the configuration as plain dat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,8 @@ def scripted_capacity(capacity_rate: float, request: MeasureRequest) -> Measurem
     """The real capacity search against a scripted engine: a probe passes at or below the
     engine's capacity and fails above it."""
     settings = default_search(request.target_rate, request.ceiling)
+    if request.precise:  # as CapacityMeasure brackets the baseline and re-measurements
+        settings = replace(settings, infeasible_precision=settings.precision)
     probes: list[Probe] = []
     while (k := next_probe(settings, {p.k: p.verdict for p in probes})) is not None:
         rate = settings.rate(k)
@@ -138,6 +140,42 @@ def test_defaults_miss_and_the_tuner_finds_a_configuration_that_meets_the_slo(
     finalists = [r for r in outcome.records if r.phase == "finalist"]
     assert finalists, "the winner was re-measured before it was declared"
     assert outcome.winner.number in {r.of_trial for r in finalists}
+
+
+def test_with_nothing_feasible_the_study_re_measures_the_best_and_says_how_far_it_falls_short(
+    tmp_path: Path,
+) -> None:
+    # No token budget carries 11 req/s on the scripted engine (its best carries about 5.8).
+    runtime = ScriptedRuntime()
+    s = spec(
+        maxTrials=6,
+        workload={**spec().tuning.workload.model_dump(by_alias=True), "requestRate": 10},
+    )
+    outcome = make_tuner(tmp_path, s, runtime, patience=100).run()
+    assert outcome.winner is None
+    screened = [r for r in outcome.records if r.phase == "screen" and r.launched]
+    assert len(screened) == 4
+    assert not any(r.feasible for r in screened)
+    finalists = [r for r in outcome.records if r.phase == "finalist"]
+    by_capacity = sorted(screened, key=lambda r: -r.measurement.capacity_rate)  # type: ignore[union-attr]
+    # The two that carried the most were re-measured, bracketed finely, on a fresh schedule.
+    assert [r.of_trial for r in finalists] == [r.number for r in by_capacity[:2]]
+    assert all(r.measurement and r.measurement.capacity for r in finalists)
+    assert outcome.best is not None
+    assert outcome.confirmed is not None
+    assert outcome.best.number in {r.of_trial for r in finalists}
+    # Its capacity is the lower of its two measurements, and short of the target.
+    again = next(r for r in finalists if r.of_trial == outcome.best.number)
+    first, second = outcome.best.measurement, again.measurement
+    assert first is not None
+    assert second is not None
+    assert first.capacity is not None
+    assert second.capacity is not None
+    assert outcome.confirmed.capacity == min(first.capacity.capacity, second.capacity.capacity)
+    assert outcome.confirmed.capacity < outcome.target_rate
+    # The fine bracket: the re-measurement's probes bisect to the search's precision.
+    if outcome.best.label != "vllm-defaults":  # the baseline is bracketed finely anyway
+        assert len(second.capacity.probes) > len(first.capacity.probes)
 
 
 def test_known_rules_reject_configurations_before_launch(tmp_path: Path) -> None:

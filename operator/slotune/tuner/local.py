@@ -11,6 +11,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -131,20 +132,7 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
         )
     winner, confirmed = outcome.winner, outcome.confirmed
     if winner is None or confirmed is None:
-        best = max(
-            (r for r in outcome.records if r.measurement is not None),
-            key=lambda r: r.measurement.capacity_rate if r.measurement else 0.0,
-            default=None,
-        )
-        lines.append(
-            "No configuration carries the target with headroom (confirmed by re-measurement)"
-            + (
-                f"; the best measured is #{best.number} ({describe_params(best.params)}) at "
-                f"{_capacity_text(best)}."
-                if best is not None
-                else "."
-            )
-        )
+        lines.append(no_winner(outcome, of_ceiling))
         return "\n".join(lines)
     lines.append(
         f"Winner (#{winner.number}, {describe_params(winner.params)}): confirmed capacity "
@@ -168,6 +156,26 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
         else:
             lines.append("vLLM's defaults passed at no rate probed; the winner did.")
     return "\n".join(lines)
+
+
+def no_winner(outcome: Outcome, of_ceiling: Callable[[float], str]) -> str:
+    """The study's end when no configuration carries the target with headroom: how much the
+    best one carries, re-measured where the budget allowed."""
+    head = "No configuration carries the target with headroom"
+    best, confirmed = outcome.best, outcome.confirmed
+    if best is not None and confirmed is not None:
+        return (
+            f"{head}; the best is #{best.number} ({describe_params(best.params)}): capacity "
+            f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.capacity)}."
+        )
+    measured = [r for r in outcome.records if r.measurement is not None]
+    if not measured:
+        return f"{head}; no trial was measured."
+    top = max(measured, key=lambda r: r.measurement.capacity_rate if r.measurement else 0.0)
+    return (
+        f"{head}; the best measured (not re-measured) is #{top.number} "
+        f"({describe_params(top.params)}) at {_capacity_text(top)}."
+    )
 
 
 def _show(line: str) -> None:

@@ -71,11 +71,14 @@ class NextTrial:
 @dataclass(frozen=True)
 class Finished:
     """The study is over: its winner (None when no configuration was confirmed), why, and
-    the winner's confirmed capacity (the lower of its two measurements)."""
+    the winner's confirmed capacity (the lower of its two measurements). When no configuration
+    is feasible, `best` is the one that carries the most, and `confirmed` its capacity over
+    its two measurements."""
 
     winner: TrialRecord | None
     stopped_because: str
     confirmed: Capacity | None = None
+    best: TrialRecord | None = None
 
 
 @dataclass
@@ -98,7 +101,8 @@ class Outcome:
     space: dict[str, str] = field(default_factory=dict)
     target_rate: float = 0.0
     ceiling: Ceiling | None = None
-    confirmed: Capacity | None = None  # the winner's capacity, re-measured
+    confirmed: Capacity | None = None  # the winner's (or, with none, the best's) capacity
+    best: TrialRecord | None = None  # with no winner: the configuration that carries the most
 
 
 def _score(objective: str, measurement: Measurement, bounds: dict[str, float]) -> float:
@@ -246,7 +250,9 @@ class Tuner:
             target_rate=target,
             measure_ceiling=ceiling is None and planned.phase == "screen",
             ceiling=ceiling,
-            precise=planned.label == "vllm-defaults",
+            # The baseline, and every re-measurement, is bracketed finely: a finalist's
+            # capacity is what the study reports.
+            precise=planned.label == "vllm-defaults" or planned.phase == "finalist",
         )
 
     def _launch(self, planned: NextTrial) -> Launch:
@@ -377,11 +383,14 @@ class Tuner:
         return self._plan_finalists(stopped)
 
     def _finalists(self) -> list[TrialRecord]:
-        return sorted(
-            (r for r in self.records if r.phase == "screen" and r.feasible),
-            key=lambda r: r.score,
-            reverse=True,
-        )[: self.options.finalists]
+        """The best feasible configurations; with none feasible, the ones that carry the most
+        (so that the study can say, re-measured, how far the best falls short)."""
+        screened = [r for r in self.records if r.phase == "screen"]
+        feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
+        if feasible:
+            return feasible[: self.options.finalists]
+        carried = [r for r in screened if r.measurement is not None and r.measurement.capacity]
+        return sorted(carried, key=lambda r: -_rate(r))[: self.options.finalists]
 
     def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
         """Re-measures the best feasible configurations on a fresh schedule (a new workload
@@ -391,6 +400,7 @@ class Tuner:
         one with the fewest overrides of vLLM's defaults."""
         budget = self.spec.tuning.max_trials
         confirmed: list[tuple[Capacity, TrialRecord]] = []
+        shortfall: list[tuple[Capacity, TrialRecord]] = []  # re-measured, still infeasible
         for candidate in self._finalists():
             previous = [
                 r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number
@@ -408,10 +418,15 @@ class Tuner:
                 )
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
-            if again.feasible:
+            if again.feasible and candidate.feasible:
                 confirmed.append((_confirmed(candidate, again), candidate))
+            elif again.measurement is not None and again.measurement.capacity is not None:
+                shortfall.append((_confirmed(candidate, again), candidate))
         if not confirmed:
-            return Finished(winner=None, stopped_because=stopped)
+            if not shortfall:
+                return Finished(winner=None, stopped_because=stopped)
+            carried, most = max(shortfall, key=lambda pair: pair[0].capacity)
+            return Finished(winner=None, stopped_because=stopped, confirmed=carried, best=most)
         best, _ = max(confirmed, key=lambda pair: pair[0].capacity)
         tied = [pair for pair in confirmed if overlaps(pair[0], best)]
         defaults = self.platform.defaults
@@ -443,6 +458,7 @@ class Tuner:
             target_rate=self._measured_target(),
             ceiling=self.ceiling,
             confirmed=planned.confirmed,
+            best=planned.best,
         )
 
 
@@ -459,3 +475,7 @@ def _confirmed(first: TrialRecord, again: TrialRecord) -> Capacity:
     lower = a if a.capacity <= b.capacity else b
     upper = None if a.upper is None or b.upper is None else max(a.upper, b.upper)
     return lower.model_copy(update={"upper": upper, "probes": []})
+
+
+def _rate(record: TrialRecord) -> float:
+    return record.measurement.capacity_rate if record.measurement else 0.0
