@@ -67,7 +67,7 @@ tune)
   if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
     cp -v "$carried" "$study/trials.jsonl"
   fi
-  python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 330 \
+  python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 590 \
     --records "$study/trials.jsonl" -- \
     python3 -c "import sys; from slotune.tuner.local import main; sys.exit(main(sys.argv[1:]))" "$here/h200-study.yaml" --local --platform h200 \
     --model-dir "$here/llama-8b" --dummy-weights --vllm-python python3 --out "$study" \
