@@ -122,6 +122,7 @@ def crd() -> dict[str, Any]:
         "type": "object",
         "description": "An LLM served by vLLM, with latency SLOs slotune tunes the engine for.",
         "required": ["spec"],
+        "x-kubernetes-validations": [models.OBJECT_NAME_RULE],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

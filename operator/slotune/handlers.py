@@ -1,26 +1,36 @@
 """The Kopf edge: the only module that imports `kopf`.
 
-Every trigger — create, resume after a restart, spec update, the periodic timer, and any
+Every trigger — create, resume after a restart, spec update, the periodic resync, and any
 change to an owned Deployment or Service (drift, deletion, readiness) — runs the same
 level-based `reconcile.reconcile`. Kopf keeps its own bookkeeping in `slotune.dev/`
 annotations; slotune's state lives in `status`, written by `reconcile` itself.
+
+No handler needs a finalizer, so Kopf puts none on an LLMDeployment (and takes off the one an
+earlier version put there): `kubectl delete` completes while the operator is down, and so does
+deleting the CRD. The children go by their owner references, through the garbage collector.
+That is why the periodic resync is a task of slotune's own rather than a Kopf timer: Kopf
+holds a finalizer on every object that has a timer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import functools
 import logging
 import os
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
 from slotune import models, opmetrics, render, tuning
-from slotune.kube import Kube, KubeError, Ref, load_api_client
+from slotune.kube import Kube, KubeError, Ref, in_cluster_server, load_api_client
 from slotune.reconcile import Monitor, Outcome, reconcile
 from slotune.watch import PrometheusMonitor
 
@@ -32,11 +42,14 @@ WORKERS = int(os.environ.get("SLOTUNE_WORKERS", "16"))
 Clock = Callable[[], datetime]
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
+log = logging.getLogger(__name__)
+
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 _state: dict[str, Any] = {
     "clock": lambda: datetime.now(UTC),
     "kubeconfig": None,
     "monitor": None,
+    "namespaces": [],
     "settings": tuning.Settings.from_env(),
 }
 
@@ -70,11 +83,13 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In a pod, the ServiceAccount; elsewhere, the kubeconfig (KUBECONFIG or ~/.kube/config)."""
-    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(
-        **kwargs
-    ) or kopf.login_with_kubeconfig(**kwargs)
-    return info
+    """In a pod, the ServiceAccount, at the address the kubelet gives (Kopf's own login always
+    dials kubernetes.default.svc); elsewhere, the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs)
+    if info is not None:
+        return dataclasses.replace(info, server=in_cluster_server(os.environ))
+    found: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
+    return found
 
 
 def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
@@ -102,21 +117,22 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
             finally:
                 opmetrics.record_reconcile(time.monotonic() - started, error=failed)
             opmetrics.observe(meta["namespace"], meta["name"], outcome.status, outcome.spec)
-            _report(fresh, outcome, logger)
+            _report(fresh, outcome, logger, kube)
             if not outcome.progressed:
                 break
     return outcome
 
 
-def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger) -> None:
+def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger, kube: Kube) -> None:
     meta = body["metadata"]
+    now = _state["clock"]().strftime("%Y-%m-%dT%H:%M:%SZ")
     for event in outcome.events:
-        kopf.event(
-            kopf.Body(cast(kopf.RawBody, body)),
-            type=event.type,
-            reason=event.reason,
-            message=event.message,
-        )
+        try:
+            kube.post_event(
+                body, type_=event.type, reason=event.reason, message=event.message, now=now
+            )
+        except KubeError as exc:  # an event is news, not state: the status already has it
+            logger.warning("Could not post the event %s: %s", event.reason, exc)
         # The same line in the operator's log, for whoever reads it instead of the events.
         logger.info("Event %s %s: %s", event.type, event.reason, event.message)
     if outcome.status_written:
@@ -140,10 +156,64 @@ def reconcile_llm_deployment(body: kopf.Body, memo: Any, logger: KopfLogger, **_
         raise kopf.PermanentError(f"Invalid spec: {outcome.invalid}")
 
 
-@kopf.timer(models.GROUP, models.VERSION, models.PLURAL, interval=RESYNC_SECONDS, idle=None)
-def resync(body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any) -> None:
-    """Periodic level-based pass: refreshes status and repairs anything the watches missed."""
-    _run(dict(body), memo, logger)
+@kopf.on.startup()
+async def start_resync(memo: Any, **_: Any) -> None:
+    """Starts the periodic level-based pass over every LLMDeployment (see the module's
+    docstring for why it is not a Kopf timer)."""
+    memo.resync = asyncio.create_task(_resync_forever(memo), name="slotune resync")
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: Any, **_: Any) -> None:
+    task: asyncio.Task[None] | None = getattr(memo, "resync", None)
+    if task is not None:
+        task.cancel()
+
+
+async def _resync_forever(memo: Any) -> None:
+    """Every RESYNC_SECONDS, each LLMDeployment is reconciled once more (refreshing status and
+    repairing what the watches missed), in a pool of its own; an object whose last pass is
+    still running (a study step that launches a trial, say) is left to finish it."""
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="resync")
+    running: set[tuple[str, str]] = set()
+    while True:
+        await asyncio.sleep(RESYNC_SECONDS)
+        try:
+            listed = await loop.run_in_executor(pool, _listed, memo)
+        except KubeError as exc:
+            log.warning("Could not list the LLMDeployments to resync: %s", exc)
+            continue
+        for body in listed:
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            if key in running:
+                continue
+            running.add(key)
+            future = loop.run_in_executor(pool, _resync, body, memo)
+            future.add_done_callback(functools.partial(_done, running, key))
+
+
+def _done(running: set[tuple[str, str]], key: tuple[str, str], _: object) -> None:
+    running.discard(key)
+
+
+def _listed(memo: Any) -> list[dict[str, Any]]:
+    kube = _kube(memo)
+    namespaces: list[str] = _state["namespaces"]
+    if not namespaces:
+        return kube.list_llm_deployments()
+    return [obj for ns in namespaces for obj in kube.list_llm_deployments(ns)]
+
+
+def _resync(body: dict[str, Any], memo: Any) -> None:
+    meta = body["metadata"]
+    logger = logging.LoggerAdapter(log, {"object": f"{meta['namespace']}/{meta['name']}"})
+    try:
+        _run(body, memo, logger)
+    except kopf.TemporaryError as exc:  # the next pass tries again
+        logger.warning("Resync of %s/%s failed: %s", meta["namespace"], meta["name"], exc)
+    except Exception:  # one object's bug must not end the resync of every other
+        logger.exception("Resync of %s/%s failed", meta["namespace"], meta["name"])
 
 
 @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL)
@@ -191,6 +261,7 @@ def run(
 ) -> None:
     """Runs the operator until it is stopped (SIGINT/SIGTERM)."""
     _state["kubeconfig"] = kubeconfig
+    _state["namespaces"] = list(namespaces)
     _state["monitor"] = PrometheusMonitor()
     if clock is not None:
         _state["clock"] = clock

@@ -8,6 +8,7 @@ layer imports `kubernetes`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,18 +85,35 @@ class Ref:
         return path if subresource is None else f"{path}/{subresource}"
 
 
-def load_api_client(kubeconfig: str | None = None) -> ApiClient:
-    """A client from the in-cluster ServiceAccount, or from a kubeconfig file."""
+def in_cluster_server(env: Mapping[str, str]) -> str:
+    """The API server's URL as a pod reaches it: the address its kubelet puts in
+    KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (what client-go and the Kubernetes
+    client read, so that no cluster DNS is needed), else the `kubernetes` Service's DNS name."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return "https://kubernetes.default.svc"
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def load_api_client(kubeconfig: str | None = None, *, connections: int = 32) -> ApiClient:
+    """A client from the in-cluster ServiceAccount, or from a kubeconfig file, keeping up to
+    `connections` connections open (at least one per thread that calls the API, or urllib3
+    drops the extra ones with "Connection pool is full")."""
+    configuration = kubernetes.client.Configuration()
+    in_cluster = False
     if kubeconfig is None:
         try:
-            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return ApiClient()
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+            in_cluster = True
         except kubernetes.config.ConfigException:
             pass
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, client_configuration=configuration
-    )
+    if not in_cluster:
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    configuration.connection_pool_maxsize = connections
     return ApiClient(configuration)
 
 
@@ -157,6 +175,17 @@ class Kube:
         )
         return result
 
+    def list_llm_deployments(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every LLMDeployment, of one namespace or (None) of the whole cluster."""
+        base = f"/apis/{models.API_VERSION}"
+        path = (
+            f"{base}/namespaces/{namespace}/{models.PLURAL}"
+            if namespace
+            else (f"{base}/{models.PLURAL}")
+        )
+        items: list[dict[str, Any]] = (self._call("GET", path) or {}).get("items", [])
+        return items
+
     def list(
         self, api_version: str, kind: str, namespace: str, labels: dict[str, str]
     ) -> list[dict[str, Any]]:
@@ -193,6 +222,39 @@ class Kube:
                 "status": status,
             },
             subresource="status",
+        )
+
+    def post_event(
+        self, obj: dict[str, Any], *, type_: str, reason: str, message: str, now: str
+    ) -> None:
+        """A core/v1 Event about an object (`now`: RFC 3339, in UTC), as `kubectl describe`
+        and `kubectl get events` show them."""
+        meta = obj["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", models.API_VERSION),
+                "kind": obj.get("kind", models.KIND),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],  # as Kopf and the API's own guidance cap it
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call(
+            "POST",
+            f"/api/v1/namespaces/{meta['namespace']}/events",
+            body=event,
+            content_type="application/json",
         )
 
     def has_api(self, group_version: str, plural: str) -> bool:

@@ -127,16 +127,35 @@ class ModelSource(ApiModel):
         return self
 
 
+_NAME_RULE = "!{0}.startsWith('-') && {0}.matches('^[^\\x00-\\x1f\\x7f]*$')"
+_NAME_MESSAGE = "must not start with '-' (vLLM would read it as a flag) nor hold control characters"
+
+
 class ModelSpec(ApiModel):
     """The model to serve."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(_NAME_RULE.format("self.name"), f"model.name {_NAME_MESSAGE}", ".name"),
+                cel(
+                    "!has(self.servedName) || " + _NAME_RULE.format("self.servedName"),
+                    f"model.servedName {_NAME_MESSAGE}",
+                    ".servedName",
+                ),
+            ]
+        }
+    )
+
     name: str = Field(
         min_length=1,
+        max_length=256,
         description="Hugging Face model id (e.g. meta-llama/Llama-3.1-8B-Instruct).",
     )
     served_name: str | None = Field(
         default=None,
         min_length=1,
+        max_length=256,
         description="Name clients use in requests, and the model_name label on vLLM metrics; "
         "defaults to the LLMDeployment's name.",
     )
@@ -144,6 +163,15 @@ class ModelSpec(ApiModel):
         default_factory=lambda: ModelSource(hugging_face=HuggingFaceSource()),
         description="Where the weights come from.",
     )
+
+    @model_validator(mode="after")
+    def _names_are_not_flags(self) -> ModelSpec:
+        for field, value in (("name", self.name), ("servedName", self.served_name)):
+            if value is not None and (
+                value.startswith("-") or re.search(r"[\x00-\x1f\x7f]", value)
+            ):
+                raise ValueError(f"model.{field} {_NAME_MESSAGE}: {value!r}")
+        return self
 
 
 # --- engine -------------------------------------------------------------------------------
@@ -828,6 +856,16 @@ class ObjectMeta(BaseModel):
     generation: int | None = None
 
 
+OBJECT_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+OBJECT_NAME_RULE = cel(
+    "size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+    "metadata.name must be a DNS-1035 label: at most 63 lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit (the Service and the children's "
+    "labels take it); write e.g. llama-3-1-8b for llama-3.1-8b",
+)
+"""What the API server checks of an LLMDeployment's name (the CRD's root rule)."""
+
+
 class LLMDeployment(BaseModel):
     """A whole LLMDeployment object, as read from a file or the API."""
 
@@ -838,3 +876,10 @@ class LLMDeployment(BaseModel):
     metadata: ObjectMeta
     spec: LLMDeploymentSpec
     status: LLMDeploymentStatus | None = None
+
+    @model_validator(mode="after")
+    def _name_fits_its_children(self) -> LLMDeployment:
+        name = self.metadata.name
+        if len(name) > 63 or not OBJECT_NAME.fullmatch(name):
+            raise ValueError(f"{OBJECT_NAME_RULE['message']} (got {name!r})")
+        return self

@@ -102,6 +102,7 @@ def reconcile(
     deployment: dict[str, Any] | None = kube.get(deployment_ref)
     watch: Watch | None = None
     study: tuning.Result | None = None
+    conflicts: list[str] = []
     if spec is not None and not problems:
         has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
         if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
@@ -110,6 +111,10 @@ def reconcile(
                 "(monitoring.coreos.com/v1); install the Prometheus Operator or set Auto"
             )
     if spec is not None and not problems:
+        conflicts = _conflicts(owner, spec, kube, deployment, has_pod_monitor)
+        if conflicts:
+            deployment = None  # someone else's: nothing of it is ours to report
+    if spec is not None and not problems and not conflicts:
         served = render.served_name(owner, spec)
         watch = monitor(spec, previous, owner.namespace, served, now) if monitor else None
         _, active_hash = _active_config(deployment)
@@ -139,6 +144,7 @@ def reconcile(
         generation=int(meta.get("generation") or 0),
         spec=spec,
         problems=problems,
+        conflicts=conflicts,
         deployment=DeploymentState.from_object(deployment),
         active_args=active_args,
         config_hash=active_hash,
@@ -177,6 +183,44 @@ def _apply_children(
         if existing is not None and _owned_by(existing, owner):
             kube.delete(ref)
     return deployment
+
+
+def _conflicts(
+    owner: render.Owner,
+    spec: LLMDeploymentSpec,
+    kube: Kube,
+    deployment: dict[str, Any] | None,
+    has_pod_monitor: bool,
+) -> list[str]:
+    """The objects slotune would apply that exist and are not controlled by this
+    LLMDeployment: another team's Service named like it, say. Server-side apply with force
+    would take them over (and garbage collection would delete them with the LLMDeployment), so
+    nothing is applied while any is there."""
+    found = []
+    for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
+        ref = Ref.of(child)
+        existing = deployment if child["kind"] == "Deployment" else kube.get(ref)
+        if existing is None or _controlled_by(existing, owner):
+            continue
+        controller = next(
+            (r for r in existing["metadata"].get("ownerReferences") or [] if r.get("controller")),
+            None,
+        )
+        by = (
+            f"controlled by {controller['kind']} {controller['name']}"
+            if controller
+            else ("controlled by no LLMDeployment")
+        )
+        found.append(
+            f"{child['kind']} {ref.namespace}/{ref.name} already exists and is {by}; slotune "
+            "leaves it as it is: delete or rename it, or give this LLMDeployment another name"
+        )
+    return found
+
+
+def _controlled_by(obj: dict[str, Any], owner: render.Owner) -> bool:
+    references = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner.uid and ref.get("controller") for ref in references)
 
 
 def _owned_by(obj: dict[str, Any], owner: render.Owner) -> bool:

@@ -34,5 +34,7 @@ def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]
     version = vllm.version_of_image(engine.image)
     violations = vllm.check_config(
         engine.args, engine.extra_args, engine.attention_backend, version
+    ) + vllm.check_resources(
+        engine.extra_args, spec.resources.gpus, engine.image, engine.attention_backend
     )
     return spec, [str(v) for v in violations]

@@ -86,6 +86,7 @@ class Observation:
     active_args: list[str]
     config_hash: str
     tuning: TuningStatus | None = None
+    conflicts: list[str] = field(default_factory=list)  # others' objects in the children's place
     tuning_row: ConditionRow | None = None  # the Tuning condition, from the study
     monitoring_rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, ...
     slo: SloStatus | None = None
@@ -169,6 +170,15 @@ def _invalid_conditions(problems: list[str]) -> list[ConditionRow]:
     ]
 
 
+def _conflict_conditions(conflicts: list[str]) -> list[ConditionRow]:
+    message = "; ".join(conflicts)
+    return [
+        (ConditionType.READY, "False", "ChildConflict", message),
+        (ConditionType.PROGRESSING, "False", "ChildConflict", "waiting for the name to be free"),
+        (ConditionType.DEGRADED, "True", "ChildConflict", message),
+    ]
+
+
 def _feature_conditions(spec: LLMDeploymentSpec, observation: Observation) -> list[ConditionRow]:
     """Tuning and the on-call conditions, or what stands in for them before they are known."""
     rows: list[ConditionRow] = []
@@ -203,6 +213,11 @@ def compute_status(
         rows = _invalid_conditions(observation.problems)
         active = previous.active_config
         message = "Invalid spec: " + "; ".join(observation.problems)
+    elif observation.conflicts:
+        phase = Phase.DEGRADED
+        rows = _conflict_conditions(observation.conflicts)
+        active = previous.active_config
+        message = "Not deployed: " + "; ".join(observation.conflicts)
     else:
         phase, rows = _serving_conditions(serving, dep, observation.config_hash)
         rows += _feature_conditions(serving, observation)

@@ -52,6 +52,11 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
             {"tuning": {"workload": {"source": "Synthetic", "requestRate": 4}}},
             "a Synthetic workload needs promptTokens, outputTokens",
         ),
+        (
+            {"model": {"name": "m", "servedName": "--api-key"}},
+            "model.servedName must not start with '-' (vLLM would read it as a flag)",
+        ),
+        ({"model": {"name": "m\u0001"}}, "model.name must not start with '-'"),
         # OpenAPI schema
         (
             {"engine": {"args": {"gpuMemoryUtilization": 1.5}}},
@@ -79,3 +84,14 @@ def test_invalid_specs_are_rejected_by_the_server(
     result = cluster.apply(obj, "--dry-run=server")
     assert result.returncode != 0, f"the server accepted {spec}"
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "a" * 64])
+def test_a_name_its_service_cannot_take_is_rejected_by_the_server(
+    cluster: Cluster, name: str
+) -> None:
+    result = cluster.apply(llmd(name, "default"), "--dry-run=server")
+    assert result.returncode != 0, f"the server accepted the name {name!r}"
+    assert "metadata.name must be a DNS-1035 label" in result.stderr
+    accepted = cluster.apply(llmd("llama-3-1-8b", "default"), "--dry-run=server")
+    assert accepted.returncode == 0, accepted.stderr

@@ -27,6 +27,7 @@ from support.engine import SERVED_NAME, TINY_MODEL, vllm_python
 from support.image import kubelet_image, operator_image
 from support.kubelet import (
     VLLM_COMMAND,
+    ContainerConfigError,
     Executable,
     Kubelet,
     PodDirs,
@@ -35,6 +36,7 @@ from support.kubelet import (
     operator_commands,
     plan_launch,
     pod_phase,
+    projected_files,
     termination_message,
 )
 from support.prometheus import PrometheusServer, prometheus_binary
@@ -300,6 +302,78 @@ def test_a_pod_of_the_operator_image_runs_as_a_real_container(
         "CapEff:\t0000000000000000",
         "slotune runs",
     ]
+
+
+WHO_AM_I = """
+import json, os, ssl, urllib.request
+account = "/var/run/secrets/kubernetes.io/serviceaccount"
+env = os.environ
+server = "https://%s:%s" % (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
+review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+request = urllib.request.Request(
+    server + "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+    data=json.dumps(review).encode(), method="POST",
+    headers={"Authorization": "Bearer " + open(account + "/token").read(),
+             "Content-Type": "application/json"},
+)
+tls = ssl.create_default_context(cafile=account + "/ca.crt")
+answer = json.load(urllib.request.urlopen(request, context=tls))
+print(answer["status"]["userInfo"]["username"])
+print(open(account + "/namespace").read())
+try:
+    open(account + "/token", "a")
+except OSError:
+    print("read-only")
+"""
+
+
+def test_a_pod_of_the_image_calls_the_api_server_as_its_service_account(
+    cluster: Cluster, kubelet: Kubelet, ns: str
+) -> None:
+    """The ServiceAccount volume that admission adds to the pod (a projected token, the
+    cluster's CA, the namespace) and the API server's address, as a kubelet gives them: what
+    the operator's pod of `helm install` logs in with."""
+    job = image_job(ns, "who-am-i", 'python3 -c "$SCRIPT" > /dev/termination-log')
+    job["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "SCRIPT", "value": WHO_AM_I}
+    )
+    create(cluster, job)
+    until(kubelet, "the Job to complete", lambda: job_complete(cluster, ns, "who-am-i"))
+    pod = pod_of_job(cluster, ns, "who-am-i")
+    assert pod is not None
+    projected = [v for v in pod["spec"]["volumes"] if "projected" in v]
+    assert projected, "ServiceAccount admission adds the token volume"
+    terminated = container_status(pod)["state"]["terminated"]
+    assert terminated["exitCode"] == 0, terminated
+    assert terminated["message"].splitlines() == [
+        f"system:serviceaccount:{ns}:default",
+        ns,
+        "read-only",
+    ]
+
+
+def test_a_killed_container_of_an_always_pod_restarts(
+    cluster: Cluster, kubelet: Kubelet, ns: str
+) -> None:
+    create(cluster, bare_pod(ns, "killed", ["sh", "-c", "sleep 300"], restart="Always"))
+    until(
+        kubelet,
+        "the container to run",
+        lambda: phase(cluster.get("pod", "killed", ns)) == "Running",
+    )
+    kubelet.kill_container(ns, "killed", "main")
+    pod = until(
+        kubelet,
+        "a restart",
+        lambda: (
+            (p := cluster.get("pod", "killed", ns))
+            and container_status(p).get("restartCount", 0) == 1
+            and "running" in container_status(p)["state"]
+            and p
+        ),
+    )
+    assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 137  # 128 + SIGKILL
+    assert kubelet.restarts(ns, "killed", "main") == 1
 
 
 def test_run_as_non_root_refuses_root_as_a_kubelet_does(
@@ -729,6 +803,42 @@ def test_termination_message_follows_the_kubelet_limits() -> None:
     assert tail == "y" * 2047 + "\n"  # at most 2 KiB
     written = b"a" * 1000 + b"b" * 4096
     assert termination_message(written, b"", fallback_to_logs=True, exit_code=0) == "b" * 4096
+
+
+def test_a_projected_service_account_volume_as_the_kubelet_writes_it() -> None:
+    """The volume ServiceAccount admission adds: a bound token, the CA, the namespace."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "team", "uid": "u1"},
+        "spec": {"serviceAccountName": "slotune"},
+    }
+    volume = {
+        "name": "kube-api-access-x",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt",
+                               "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                                            "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]
+        },
+    }  # fmt: skip
+    asked: list[tuple[str, int]] = []
+
+    def token(pod: dict[str, Any], source: dict[str, Any]) -> str:
+        asked.append((pod["metadata"]["uid"], source["expirationSeconds"]))
+        return "t0ken"
+
+    def lookup(resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        found = (resource, namespace, name) == ("configmaps", "team", "kube-root-ca.crt")
+        return {"data": {"ca.crt": "PEM"}} if found else None
+
+    files = projected_files(pod, volume, pod_ip="127.0.0.5", lookup=lookup, token=token)
+    assert files == {"token": "t0ken", "ca.crt": "PEM", "namespace": "team"}
+    assert asked == [("u1", 3607)]
+    # Without the CA's ConfigMap (not yet published) the container cannot be created yet.
+    with pytest.raises(ContainerConfigError, match=r"kube-root-ca\.crt"):
+        projected_files(pod, volume, pod_ip="127.0.0.5", lookup=lambda *_: None, token=token)
 
 
 def test_pod_paths_become_local_paths() -> None:

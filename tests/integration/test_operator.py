@@ -158,6 +158,81 @@ def test_restores_a_deleted_service_and_a_hand_edited_deployment(
     )
 
 
+def test_never_takes_over_an_object_it_does_not_own(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """Another team's Service and Deployment named like an LLMDeployment stay theirs: nothing
+    is applied, a condition names each one, and deleting the LLMDeployment leaves them. Once
+    the name is free, the LLMDeployment deploys."""
+    theirs = {"app.kubernetes.io/name": "their-api"}
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "api", "namespace": namespace},
+        "spec": {"selector": theirs, "ports": [{"name": "web", "port": 80}]},
+    }  # fmt: skip
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api", "namespace": namespace},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": theirs},
+            "template": {
+                "metadata": {"labels": theirs},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+            },
+        },
+    }  # fmt: skip
+    for obj in (service, deployment):
+        assert cluster.apply(obj).returncode == 0
+    before = {
+        kind: cluster.get(kind, "api", namespace)["spec"]  # type: ignore[index]
+        for kind in ("service", "deployment")
+    }
+
+    assert cluster.apply(llmd("api", namespace)).returncode == 0
+    status = wait_for(
+        "a ChildConflict condition",
+        lambda: (
+            (o := cluster.get("llmd", "api", namespace))
+            and (c := condition(o, "Ready"))
+            and c["reason"] == "ChildConflict"
+            and o["status"]
+        ),
+    )
+    message = condition({"status": status}, "Ready")["message"]  # type: ignore[index]
+    assert f"Deployment {namespace}/api already exists" in message
+    assert f"Service {namespace}/api already exists" in message
+    assert status["phase"] == "Degraded"
+    time.sleep(2 * RESYNC_SECONDS)
+    for kind in ("service", "deployment"):
+        obj = cluster.get(kind, "api", namespace)
+        assert obj is not None
+        assert obj["spec"] == before[kind], f"the {kind} was changed"
+        assert not obj["metadata"].get("ownerReferences"), f"the {kind} got an owner"
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "ChildConflict" in events
+
+    # Deleting the LLMDeployment leaves the other team's objects alone.
+    cluster.kubectl("delete", "llmd", "api", "-n", namespace, "--wait=true")
+    time.sleep(2 * RESYNC_SECONDS)  # the garbage collector would have acted by now
+    assert cluster.get("service", "api", namespace) is not None
+    assert cluster.get("deployment", "api", namespace) is not None
+
+    # Once the name is free, the LLMDeployment deploys.
+    assert cluster.apply(llmd("api", namespace)).returncode == 0
+    cluster.kubectl("delete", "service,deployment", "api", "-n", namespace)
+    dep = wait_for(
+        "slotune's Deployment",
+        lambda: (
+            (d := cluster.get("deployment", "api", namespace))
+            and (d["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "LLMDeployment"
+            and d
+        ),
+    )
+    assert engine_container(dep)["image"] == "vllm/vllm-openai:v0.32.0"
+    wait_for("slotune's Service", lambda: cluster.get("service", "api", namespace))
+
+
 def test_nonexistent_vllm_flag_ends_in_a_clear_condition(
     cluster: Cluster, operator: OperatorProcess, namespace: str
 ) -> None:

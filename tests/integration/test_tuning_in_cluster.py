@@ -2,10 +2,13 @@
 vLLM CPU engine, measured by its load Jobs and watched through the real Prometheus.
 
 Real parts: upstream kube-apiserver, etcd and kube-controller-manager (its ReplicaSet, Job
-and garbage-collector controllers), the operator as its own process under the chart's RBAC,
-the vLLM CPU engine, the load generator, Prometheus. The test kubelet (support.kubelet) is the
-container runtime this environment lacks: it runs each pod's own command and arguments
-locally and reports the pod's status through the API. Prometheus discovers the pods from the
+and garbage-collector controllers), the operator installed by `helm install` of the chart
+(its pod a container of the operator image under podman and runc, with the release's
+ServiceAccount token and RBAC), the load Jobs as containers of the same image, the vLLM CPU
+engine, the load generator, Prometheus. The test kubelet (support.kubelet) is the node this
+environment lacks: it runs the image's pods as real containers, and the vLLM pods (there is no
+vLLM image here) as local processes of their own command and arguments, and reports the pods'
+status through the API. Prometheus discovers the pods from the
 file the kubelet writes, as kubernetes_sd would from the API.
 
 The workload is the README example's shape (2048-token prompts, 32 output tokens) at 6.5
@@ -25,7 +28,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +35,7 @@ import pytest
 from slotune import loadgen
 from slotune.render import LOAD_CONTAINER
 from slotune.tuner.records import loads
-from support.cluster import Cluster, OperatorProcess, wait_for
+from support.cluster import RESYNC_SECONDS, Cluster, OperatorPod, OperatorProcess, wait_for
 from support.engine import TINY_MODEL, vllm_python
 from support.image import kubelet_image, operator_image
 from support.kubelet import Kubelet, Pod, operator_commands
@@ -126,27 +128,33 @@ def prometheus(kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture(scope="module")
 def tuning_operator(
+    cluster: Cluster,
     kubelet: Kubelet,
     prometheus: PrometheusServer,
     operator: OperatorProcess,
-    operator_kubeconfig: Path,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    """The operator with a Prometheus, alone: the session's cluster-wide operator (which has
-    none) is stopped meanwhile, or both would reconcile these LLMDeployments."""
+) -> Iterator[OperatorPod]:
+    """The operator as a user installs it: `helm install` of the chart, its pod a container of
+    the operator image. The session's cluster-wide operator (a process, without Prometheus) is
+    stopped meanwhile, or both would reconcile these LLMDeployments."""
     operator.stop()
-    process = OperatorProcess(
-        operator_kubeconfig,
-        tmp_path_factory.mktemp("logs") / "tuning-operator.log",
-        env={
-            "SLOTUNE_PROMETHEUS_URL": prometheus.url,
-            "SLOTUNE_IMAGE": operator_image().removeprefix("docker.io/"),  # as the chart has it
-            "SLOTUNE_TRIAL_STARTUP_SECONDS": str(ENGINE_START),
+    repository, tag = operator_image().removeprefix("docker.io/").rsplit(":", 1)
+    pod = OperatorPod(
+        cluster,
+        kubelet,
+        tmp_path_factory.mktemp("helm"),
+        release="slotune-tuning",
+        namespace="slotune-tuning",
+        values={
+            "image": {"repository": repository, "tag": tag},
+            "prometheusURL": prometheus.url,
+            "tuning": {"trialStartupSeconds": int(ENGINE_START)},
+            "extraEnv": [{"name": "SLOTUNE_RESYNC_SECONDS", "value": str(RESYNC_SECONDS)}],
         },
     )
-    process.start()
-    yield process
-    process.stop()
+    pod.install()
+    yield pod
+    pod.uninstall()
     operator.start()
 
 
@@ -239,7 +247,7 @@ class Traffic:
         self.thread.join(timeout=600)
 
 
-def explain(cluster: Cluster, kubelet: Kubelet, operator: OperatorProcess) -> str:
+def explain(cluster: Cluster, kubelet: Kubelet, operator: OperatorPod) -> str:
     events = cluster.kubectl(
         "get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp", check=False
     ).stdout
@@ -298,7 +306,7 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
     defaults carry the target rate and it does not, re-measures the defaults and promotes
     them; the operator is SIGKILLed at each step of a trial on the way, and no trial is lost,
     repeated or left behind."""
-    operator: OperatorProcess = tuning_operator
+    operator: OperatorPod = tuning_operator
     tuning = {"enabled": False, "maxTrials": 4, "seed": 0, "searchSpace": space(2048),
               "workload": WORKLOAD}  # fmt: skip
     assert cluster.apply(tiny("chat", tuning=tuning)).returncode == 0
@@ -404,7 +412,7 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
 
 
 def kill_at_each_step(
-    cluster: Cluster, operator: OperatorProcess, name: str
+    cluster: Cluster, operator: OperatorPod, name: str
 ) -> list[tuple[str, int | None]]:
     """SIGKILLs the operator the first time the study is seen at each step of each trial
     (and while promoting), then starts it again; returns where it was killed."""
@@ -437,7 +445,7 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
     """apply: Recommend writes only status. Switched to Auto, the recommendation is promoted;
     its pods fail on the serving node, so it is rolled back with the old pod serving all along.
     Then live traffic violates the SLO for longer than retune.after: a new study starts."""
-    operator: OperatorProcess = tuning_operator
+    operator: OperatorPod = tuning_operator
     tuning = {
         "enabled": True, "apply": "Recommend", "maxTrials": 1,
         "searchSpace": space(2048, seqs=(128,)), "workload": WORKLOAD,

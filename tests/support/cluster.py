@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from support.controlplane import ControlPlane
+from support.kubelet import Kubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 # The operator re-reconciles every object this often in tests (30 s in production).
@@ -101,9 +102,11 @@ class Cluster:
             [str(self.bin_dir / "helm"), *args],
             capture_output=True,
             text=True,
-            timeout=60,
-            check=True,
+            timeout=120,
+            check=False,
         )
+        if result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
         return result.stdout
 
 
@@ -182,6 +185,80 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class OperatorPod:
+    """The operator as `helm install` of the chart runs it: the chart's Deployment, whose pod
+    the test kubelet runs as a container of the operator image (podman, runc) under the
+    release's own ServiceAccount and RBAC, reaching the API server through the token and CA
+    that the kubelet projects into it. `kill()` SIGKILLs the container and `start()` waits
+    until the Deployment's restart policy has the operator watching again."""
+
+    CONTAINER = "operator"
+    STARTED = "Started the slotune operator"
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        kubelet: Kubelet,
+        work_dir: Path,
+        *,
+        release: str,
+        namespace: str,
+        values: dict[str, Any],
+    ) -> None:
+        self.cluster, self.kubelet = cluster, kubelet
+        self.release, self.namespace = release, namespace
+        self.values_file = work_dir / f"{release}-values.yaml"
+        self.values_file.write_text(yaml.safe_dump(values))
+        self._starts = 0
+
+    def install(self) -> None:
+        self.cluster.helm(
+            "install", self.release, str(ROOT / "charts" / "slotune"),
+            "--namespace", self.namespace, "--create-namespace",
+            "--values", str(self.values_file), "--kubeconfig", str(self.cluster.kubeconfig),
+        )  # fmt: skip
+        self.start()
+
+    def uninstall(self) -> None:
+        self.cluster.helm(
+            "uninstall", self.release, "--namespace", self.namespace, "--wait",
+            "--kubeconfig", str(self.cluster.kubeconfig),
+        )  # fmt: skip
+        wait_for("the operator's pod to go", lambda: self.pod() is None, 60)
+
+    def pod(self) -> str | None:
+        """The name of the release's operator pod that is not being deleted."""
+        pods = json.loads(
+            self.cluster.kubectl(
+                "get", "pods", "-n", self.namespace, "-o", "json",
+                "-l", f"app.kubernetes.io/instance={self.release}",
+            ).stdout
+        )["items"]  # fmt: skip
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return live[0]["metadata"]["name"] if live else None
+
+    def log(self) -> str:
+        """Every start's output of the container, in order (the kubelet appends them)."""
+        name = self.pod()
+        return self.kubelet.logs(self.namespace, name, self.CONTAINER) if name else ""
+
+    def kill(self) -> None:
+        """SIGKILL to the operator in its container: no chance to clean up, as an OOM kill."""
+        name = self.pod()
+        assert name is not None, "no operator pod"
+        self.kubelet.kill_container(self.namespace, name, self.CONTAINER)
+
+    def start(self) -> None:
+        """Waits until the operator has started once more than before (the first start after
+        install, or the restart after a kill)."""
+        wait_for(
+            "the operator's container to start watching",
+            lambda: self.log().count(self.STARTED) > self._starts,
+            90,
+        )
+        self._starts = self.log().count(self.STARTED)
 
 
 def llmd(name: str, namespace: str, **spec: Any) -> dict[str, Any]:

@@ -8,16 +8,20 @@ Pending. `Kubelet` plays both parts for one Node:
   kube-controller-manager's node lifecycle controller never taints it or evicts its pods;
 - it binds the unscheduled pods created since it started (or those `schedule` selects);
 - it runs each container's command as a local process group, on a loopback IP of the pod's
-  own (127.0.0.N), with the pod's env, its emptyDir volumes and its termination-message file
+  own (127.0.0.N), with the pod's env (and KUBERNETES_SERVICE_HOST/PORT, the API server's
+  address, as every kubelet sets them), its emptyDir and projected volumes (the
+  ServiceAccount token that admission adds to every pod: a TokenRequest bound to the pod,
+  the cluster's CA from kube-root-ca.crt, the namespace) and its termination-message file
   mapped to local paths, and the output in a log file per container;
 - it reports status as a kubelet does: phase, container states, restarts with back-off,
   termination messages, probes and conditions; it honours deletion with a grace period;
 - it lists the pods annotated `prometheus.io/scrape: "true"` in a Prometheus file_sd file.
 
 A pod whose image is one of the kubelet's `images` (the operator image, `make image`) runs as
-a real container under podman and runc, with its command, args, env, emptyDir volumes,
-termination-message file and securityContext. Other pods have no image here: a container's
-command (`command` + `args`) is looked up by prefix in a table of `Executable`s.
+a real container under podman and runc, with its command, args, env, emptyDir and
+projected volumes (read-only), termination-message file and securityContext. Other pods
+have no image here: a container's command (`command` + `args`) is looked up by prefix in a
+table of `Executable`s.
 `operator_commands()` is the table for the operator's pods: the vLLM
 image's `python3 -m vllm.entrypoints.openai.api_server` runs with the vLLM CPU environment's
 python and listens on the pod's IP; the operator image's `slotune` runs this checkout's.
@@ -28,12 +32,15 @@ Library use::
     with Kubelet(cluster.kubeconfig, tmp_path, operator_commands(vllm_python())) as kubelet:
         ...  # pods of Deployments, Jobs and bare pods now run
         kubelet.fail_pods(lambda pod: ..., "CUDA out of memory")  # until clear_faults()
+        kubelet.kill_container(namespace, pod, container)  # SIGKILL; restartPolicy decides
         PrometheusServer(prometheus_binary(), prom_dir, file_sd=kubelet.file_sd)
         print(kubelet.log_tails())  # or kubelet.logs(namespace, pod, container)
 
 Not modelled: init and ephemeral containers, exec and gRPC probes (they always pass), volumes
-other than emptyDir, resource limits and admission (every pod fits), `hostNetwork`,
-`workingDir`, readiness gates, `kubectl logs`/`exec` (there is no kubelet server).
+other than emptyDir and projected, token rotation (a projected token is requested at each
+container start and lives its expirationSeconds), resource limits and admission (every pod
+fits), `hostNetwork`, `workingDir`, readiness gates, `kubectl logs`/`exec` (there is no
+kubelet server).
 """
 
 from __future__ import annotations
@@ -71,6 +78,8 @@ log = logging.getLogger(__name__)
 Pod = dict[str, Any]
 Lookup = Callable[[str, str, str], dict[str, Any] | None]
 """(resource, namespace, name) -> the object, or None when it does not exist."""
+TokenSource = Callable[[Pod, dict[str, Any]], str]
+"""(pod, a projected serviceAccountToken source) -> a token of the pod's ServiceAccount."""
 
 NODE_NAME = "slotune-test-node"
 HOST_IP = "127.0.0.1"
@@ -353,6 +362,44 @@ def container_env(
     return env
 
 
+def projected_files(
+    pod: Pod, volume: dict[str, Any], *, pod_ip: str, lookup: Lookup, token: TokenSource
+) -> dict[str, str]:
+    """The files of a projected volume by relative path: its serviceAccountToken, configMap,
+    secret and downwardAPI (fieldRef) sources, as a kubelet writes them."""
+    files: dict[str, str] = {}
+    for source in volume["projected"].get("sources") or []:
+        if "serviceAccountToken" in source:
+            files[source["serviceAccountToken"]["path"]] = token(pod, source["serviceAccountToken"])
+        for kind, resource in (("configMap", "configmaps"), ("secret", "secrets")):
+            if kind not in source:
+                continue
+            ref = source[kind]
+            optional = bool(ref.get("optional"))
+            data = _object_data(pod, resource, ref["name"], optional, lookup)
+            if data is None:
+                continue
+            for item in ref.get("items") or [{"key": key, "path": key} for key in data]:
+                if item["key"] in data:
+                    files[item["path"]] = data[item["key"]]
+                elif not optional:
+                    raise ContainerConfigError(
+                        "CreateContainerConfigError",
+                        f"couldn't find key {item['key']} in {kind} {ref['name']}",
+                    )
+        for item in (source.get("downwardAPI") or {}).get("items") or []:
+            if "fieldRef" not in item:
+                raise ContainerConfigError(
+                    "CreateContainerConfigError", f"unsupported downwardAPI item {sorted(item)}"
+                )
+            files[item["path"]] = pod_field(pod, item["fieldRef"]["fieldPath"], pod_ip)
+    return files
+
+
+def _volume_names(pod: Pod, *kinds: str) -> set[str]:
+    return {v["name"] for v in pod["spec"].get("volumes") or [] if any(k in v for k in kinds)}
+
+
 def match_command(argv: Sequence[str], commands: Commands) -> tuple[int, Executable]:
     """The executable for the longest matching prefix, and that prefix's length."""
     for prefix in sorted(commands, key=len, reverse=True):
@@ -367,13 +414,13 @@ def match_command(argv: Sequence[str], commands: Commands) -> tuple[int, Executa
 
 
 def local_mounts(pod: Pod, container: dict[str, Any], dirs: PodDirs) -> list[tuple[str, str]]:
-    """(mount path, local dir) of the container's emptyDir mounts, longest path first. Mounts
-    under /dev (the shared-memory emptyDir at /dev/shm) stay the machine's own."""
-    empty_dirs = {v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v}
+    """(mount path, local dir) of the container's emptyDir and projected mounts, longest path
+    first. Mounts under /dev (the shared-memory emptyDir at /dev/shm) stay the machine's own."""
+    local_volumes = _volume_names(pod, "emptyDir", "projected")
     mounts = []
     for mount in container.get("volumeMounts") or []:
         path = mount["mountPath"].rstrip("/") or "/"
-        if mount["name"] in empty_dirs and not path.startswith("/dev/"):
+        if mount["name"] in local_volumes and not path.startswith("/dev/"):
             local = dirs.volume(mount["name"]) / mount.get("subPath", "")
             mounts.append((path, str(local).rstrip("/")))
     return sorted(mounts, key=lambda m: len(m[0]), reverse=True)
@@ -401,10 +448,12 @@ def plan_launch(
     lookup: Lookup,
     images: Mapping[str, Image] | None = None,
     start: int = 0,
+    service_env: Mapping[str, str] | None = None,
 ) -> Launch:
     """The process that runs a container here; ContainerConfigError when there is none. A
-    container of one of `images` runs as a real container; any other, as a local process."""
-    env = container_env(pod, container, pod_ip, lookup)
+    container of one of `images` runs as a real container; any other, as a local process.
+    `service_env`: what every container gets under its own env (the API server's address)."""
+    env = {**(service_env or {}), **container_env(pod, container, pod_ip, lookup)}
     image = (images or {}).get(normalize_image(container.get("image", "")))
     if image is not None:
         name = container_name(pod, container["name"], start)
@@ -497,13 +546,16 @@ def podman_launch(
     capabilities = sc.get("capabilities") or {}
     argv += [f"--cap-drop={c}" for c in capabilities.get("drop") or []]
     argv += [f"--cap-add={c}" for c in capabilities.get("add") or []]
-    empty_dirs = {v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v}
+    empty_dirs, projected = _volume_names(pod, "emptyDir"), _volume_names(pod, "projected")
     for mount in container.get("volumeMounts") or []:
         if mount["name"] in empty_dirs:
             local = dirs.volume(mount["name"]) / mount.get("subPath", "")
             local.mkdir(parents=True, exist_ok=True)
             local.chmod(0o777)  # emptyDirs are writable by any user of the pod
             argv += ["--volume", f"{local}:{mount['mountPath']}:rw"]
+        elif mount["name"] in projected:  # written by the kubelet; read-only, as Kubernetes has it
+            local = dirs.volume(mount["name"]) / mount.get("subPath", "")
+            argv += ["--volume", f"{local}:{mount['mountPath']}:ro"]
     termination = dirs.termination_log(container["name"])
     termination.touch()
     termination.chmod(0o666)
@@ -837,6 +889,21 @@ class LocalContainer:
         self.wait(time.monotonic() + grace)
         self.finish(now, may_restart=True)
 
+    def kill_main(self) -> None:
+        """SIGKILL to the container's own process (in a podman container, its PID 1), as the
+        OOM killer would; the next check sees the exit and the restart policy decides."""
+        name = self.runtime_id.removeprefix("podman://")
+        if name != self.runtime_id:
+            subprocess.run(
+                ("podman", "kill", "--signal=KILL", name),
+                capture_output=True,
+                timeout=60,
+                check=False,
+                env=self.cleanup_env,
+            )
+        else:
+            self.signal(signal.SIGKILL)
+
     def signal(self, sig: signal.Signals) -> None:
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -1019,6 +1086,7 @@ class PodWorker:
             # The container starts, says why it fails, and exits 1.
             argv = ["/bin/sh", "-c", 'echo "$1" >&2; exit 1', "sh", fault]
             return Launch(argv, dict(self.kubelet.host_env), self.dirs.root)
+        self._project(pod)
         return plan_launch(
             pod,
             spec,
@@ -1029,7 +1097,29 @@ class PodWorker:
             lookup=self.kubelet.lookup,
             images=self.kubelet.images,
             start=starts,
+            service_env=self.kubelet.service_env,
         )
+
+    def _project(self, pod: Pod) -> None:
+        """Writes the pod's projected volumes afresh (a new token at each container start)."""
+        for volume in pod["spec"].get("volumes") or []:
+            if "projected" not in volume:
+                continue
+            files = projected_files(
+                pod,
+                volume,
+                pod_ip=self.pod_ip,
+                lookup=self.kubelet.lookup,
+                token=self.kubelet.service_account_token,
+            )
+            mode = int(volume["projected"].get("defaultMode", 0o644))
+            root = self.dirs.volume(volume["name"])
+            for relative, content in files.items():
+                path = root / relative
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.chmod(0o755)
+                path.write_text(content)
+                path.chmod(mode)
 
     def _grace(self, pod: Pod) -> float:
         seconds = pod["metadata"].get("deletionGracePeriodSeconds")
@@ -1174,6 +1264,13 @@ class Kubelet:
             "HOME": os.environ.get("HOME", "/"),
             **(env or {}),
         }
+        server = urllib.parse.urlsplit(self.api.server)
+        self.service_env = {
+            "KUBERNETES_SERVICE_HOST": server.hostname or HOST_IP,
+            "KUBERNETES_SERVICE_PORT": str(server.port or 443),
+        }
+        """The API server's address, as a kubelet gives it to every container (the
+        `kubernetes` Service's; here the API server's own, on the host's loopback)."""
         self.capacity = {**default_capacity(), **(capacity or {})}
         self.poll_interval = poll_interval
         self.max_grace = max_grace
@@ -1262,6 +1359,41 @@ class Kubelet:
         with self._lock:
             faults = list(self._faults)
         return next((message for predicate, message in faults if predicate(pod)), None)
+
+    def kill_container(self, namespace: str, name: str, container: str) -> None:
+        """SIGKILLs a running container of a pod, as the OOM killer would; the pod's restart
+        policy decides what follows (a Deployment's pod restarts it after a back-off)."""
+        worker = self._worker(namespace, name)
+        found = [c for c in worker.containers if c.name == container] if worker else []
+        if not found or found[0].process is None:
+            raise LookupError(f"no running container {container} in pod {namespace}/{name}")
+        found[0].kill_main()
+
+    def restarts(self, namespace: str, name: str, container: str) -> int:
+        """How often a container of the pod has been started, less one."""
+        worker = self._worker(namespace, name)
+        found = [c for c in worker.containers if c.name == container] if worker else []
+        return max(found[0].starts - 1, 0) if found else 0
+
+    def service_account_token(self, pod: Pod, source: dict[str, Any]) -> str:
+        """A token of the pod's ServiceAccount, bound to the pod (TokenRequest), for a
+        projected serviceAccountToken source."""
+        meta = pod["metadata"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        spec: dict[str, Any] = {
+            "expirationSeconds": int(source.get("expirationSeconds", 3600)),
+            "boundObjectRef": {
+                "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]
+            },
+        }  # fmt: skip
+        if source.get("audience"):
+            spec["audiences"] = [source["audience"]]
+        answer = self.api.create(
+            f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
+        token: str = answer["status"]["token"]
+        return token
 
     def pod_ip(self, namespace: str, name: str) -> str | None:
         worker = self._worker(namespace, name)

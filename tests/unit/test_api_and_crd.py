@@ -106,6 +106,9 @@ def test_printer_columns_cover_what_on_call_needs() -> None:
         ),
         ({"model": {"name": "m"}, "tuning": {"workload": {"source": "Synthetic"}}}, "Synthetic"),
         ({"model": {"name": "m"}, "engine": {"imag": "x"}}, "Extra inputs are not permitted"),
+        ({"model": {"name": "m", "servedName": "--api-key"}}, "servedName must not start"),
+        ({"model": {"name": "-m"}}, "model.name must not start with '-'"),
+        ({"model": {"name": "m\u0007x"}}, "nor hold control characters"),
     ],
 )
 def test_cross_field_rules_in_python(spec: dict[str, Any], fragment: str) -> None:
@@ -122,5 +125,24 @@ def test_every_python_cross_field_rule_has_a_cel_twin() -> None:
         "at least one SLO target",
         "min must not exceed max",
         "a Synthetic workload needs",
+        "model.name must not start with '-'",
+        "model.servedName must not start with '-'",
     ):
         assert fragment in rules
+
+
+@pytest.mark.parametrize(
+    "name", ["llama-3.1-8b", "Llama", "8b-llama", "x" * 64, "llama-", "llama_8b"]
+)
+def test_a_name_the_children_cannot_take_is_refused(name: str) -> None:
+    body = {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": "m"}},
+    }
+    with pytest.raises(ValidationError, match=r"metadata\.name must be a DNS-1035 label"):
+        models.LLMDeployment.model_validate(body)
+    assert models.LLMDeployment.model_validate({**body, "metadata": {"name": "llama-3-1-8b"}})
+    root = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert root["x-kubernetes-validations"] == [models.OBJECT_NAME_RULE]

@@ -84,6 +84,26 @@ def test_invalid_spec_says_what_to_fix_and_keeps_the_last_good_config() -> None:
     assert ("Warning", "DegradedTrue") in kinds
 
 
+def test_an_object_in_a_childs_place_is_named_and_nothing_is_claimed_of_it() -> None:
+    conflict = "Service team/api already exists and is controlled by no LLMDeployment; ..."
+    observation = Observation(
+        generation=1,
+        spec=SPEC,
+        problems=[],
+        conflicts=[conflict],
+        deployment=DeploymentState(exists=False),
+        active_args=[],
+        config_hash="",
+    )
+    status = compute_status(observation, models.LLMDeploymentStatus(), T0)
+    assert status.phase == models.Phase.DEGRADED
+    ready = cond(status, "Ready")
+    assert (ready.status, ready.reason, ready.message) == ("False", "ChildConflict", conflict)
+    assert status.message == f"Not deployed: {conflict}"
+    kinds = {(e.type, e.reason) for e in transitions(models.LLMDeploymentStatus(), status)}
+    assert ("Warning", "DegradedTrue") in kinds
+
+
 def test_printer_column_summaries() -> None:
     s = compute_status(observe(ready=2), models.LLMDeploymentStatus(), T0)
     assert s.slo_summary == "-/2s"

@@ -145,3 +145,34 @@ def test_unset_settings_are_left_to_vllm() -> None:
 )
 def test_flag_table_version_follows_the_image_tag(image: str, version: str) -> None:
     assert vllm.version_of_image(image) == version
+
+
+def test_a_typographic_dash_is_named_and_the_flag_meant_is_checked() -> None:
+    problems = messages(vllm.check_extra_args(["\u2014swap-space", "4", "\u2013enforce-eager"]))
+    assert "'\u2014swap-space' starts with a typographic dash (EM DASH)" in problems
+    assert "write '--swap-space'" in problems
+    assert "(EN DASH)" in problems
+    assert "write '--enforce-eager'" in problems
+    assert "--swap-space does not exist in vLLM" in problems  # what the ASCII flag would hit
+    assert "is a value with no flag before it" not in problems
+
+
+def test_parallelism_the_pods_gpus_cannot_hold_is_refused() -> None:
+    found = messages(
+        vllm.check_resources(
+            ["-pp", "2", "--data-parallel-size=2"], 1, "vllm/vllm-openai:v0.32.0", "FLASH_ATTN"
+        )
+    )
+    assert "spec.engine.extraArgs[0]: -pp 2 needs 2x the GPUs" in found
+    assert "spec.engine.extraArgs[2]: --data-parallel-size 2 needs 2x the GPUs" in found
+    assert vllm.check_resources(["-pp", "1"], 2, "vllm/vllm-openai:v0.32.0", "FLASH_ATTN") == []
+
+
+def test_the_gpu_build_on_a_pod_without_a_gpu_is_refused_unless_a_cpu_engine_is_named() -> None:
+    gpu_image = "vllm/vllm-openai:v0.32.0"
+    assert "spec.resources.gpus: 0 GPUs with vllm/vllm-openai:v0.32.0" in messages(
+        vllm.check_resources([], 0, gpu_image, "FLASH_ATTN")
+    )
+    assert vllm.check_resources([], 0, gpu_image, "CPU_ATTN") == []
+    assert vllm.check_resources([], 0, "example.com/vllm-cpu:v0.32.0", "FLASH_ATTN") == []
+    assert vllm.check_resources([], 1, gpu_image, "FLASH_ATTN") == []

@@ -10,6 +10,8 @@ pinned version; the set of flags its `vllm serve` parser accepts is dumped from 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -200,6 +202,11 @@ def _normalise(option: str) -> str:
     return option
 
 
+TYPOGRAPHIC_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+"""Hyphen, non-breaking hyphen, figure dash, en dash, em dash, horizontal bar, minus sign:
+what a word processor or a chat makes of `--`."""
+
+
 def _is_value(token: str) -> bool:
     return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
 
@@ -219,6 +226,19 @@ def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> li
     problems: list[Violation] = []
     tuned = _tuned_by_spelling()
     known = known_flags(version)
+    extra_args = list(extra_args)
+    for index, token in enumerate(extra_args):
+        dashes = re.match(f"^[{TYPOGRAPHIC_DASHES}]+", token)
+        if dashes:  # pasted from a document: vLLM would take it as a value, not a flag
+            names = ", ".join(unicodedata.name(c, hex(ord(c))) for c in sorted(set(dashes[0])))
+            extra_args[index] = "--" + token[dashes.end() :]  # checked as meant, below
+            problems.append(
+                Violation(
+                    f"spec.engine.extraArgs[{index}]",
+                    f"{token!r} starts with a typographic dash ({names}), which vLLM reads as a "
+                    f"value; write {extra_args[index]!r}",
+                )
+            )
     if extra_args and _is_value(extra_args[0]):
         problems.append(
             Violation(
@@ -338,6 +358,61 @@ def check_config(
                 "spec.engine.args.maxNumBatchedTokens",
                 "with chunked prefill disabled it must be at least maxModelLen "
                 f"({args.max_model_len}); vLLM refuses to start otherwise",
+            )
+        )
+    return problems
+
+
+PARALLEL_FLAGS = {
+    "--pipeline-parallel-size": "pipeline",
+    "-pp": "pipeline",
+    "--data-parallel-size": "data",
+    "-dp": "data",
+}
+
+
+def _flag_values(extra_args: list[str], spellings: Mapping[str, str]) -> list[tuple[int, str, str]]:
+    """(index, option, value) of each use of the given options, `--opt value` or `--opt=value`."""
+    found = []
+    for index, token in enumerate(extra_args):
+        option, equals, value = token.partition("=")
+        option = _normalise(option)
+        if option not in spellings:
+            continue
+        if not equals:
+            following = extra_args[index + 1] if index + 1 < len(extra_args) else ""
+            value = following if _is_value(following) else ""
+        found.append((index, option, value))
+    return found
+
+
+def check_resources(
+    extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None
+) -> list[Violation]:
+    """The engine against the pod's GPUs: slotune runs a pod's `resources.gpus` GPUs tensor-
+    parallel, so pipeline or data parallelism has no GPUs to run on; and vLLM's GPU build
+    cannot start on a pod without a GPU."""
+    problems = []
+    for index, option, value in _flag_values(extra_args, PARALLEL_FLAGS):
+        if value.isdigit() and int(value) > 1:
+            kind = PARALLEL_FLAGS[option]
+            problems.append(
+                Violation(
+                    f"spec.engine.extraArgs[{index}]",
+                    f"{option} {value} needs {int(value)}x the GPUs of tensor parallelism, but "
+                    f"the pod has resources.gpus={gpus}, all of them tensor-parallel; {kind} "
+                    "parallelism is not supported: remove it (raise resources.gpus for more "
+                    "tensor parallelism, or spec.replicas for more copies)",
+                )
+            )
+    cpu_engine = backend == "CPU_ATTN" or "cpu" in image.rsplit("/", 1)[-1].lower()
+    if gpus == 0 and not cpu_engine:
+        problems.append(
+            Violation(
+                "spec.resources.gpus",
+                f"0 GPUs with {image}, vLLM's GPU build, which cannot start without one: ask "
+                "for a GPU, or name the CPU engine (spec.engine.attentionBackend: CPU_ATTN with "
+                "a CPU build of vLLM)",
             )
         )
     return problems
