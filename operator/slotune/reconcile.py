@@ -200,7 +200,7 @@ def _conflicts(
     for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
         ref = Ref.of(child)
         existing = deployment if child["kind"] == "Deployment" else kube.get(ref)
-        if existing is None or _controlled_by(existing, owner):
+        if existing is None or _owned_by(existing, owner, controller=True):
             continue
         controller = next(
             (r for r in existing["metadata"].get("ownerReferences") or [] if r.get("controller")),
@@ -209,7 +209,7 @@ def _conflicts(
         by = (
             f"controlled by {controller['kind']} {controller['name']}"
             if controller
-            else ("controlled by no LLMDeployment")
+            else "controlled by no LLMDeployment"
         )
         found.append(
             f"{child['kind']} {ref.namespace}/{ref.name} already exists and is {by}; slotune "
@@ -218,11 +218,11 @@ def _conflicts(
     return found
 
 
-def _controlled_by(obj: dict[str, Any], owner: render.Owner) -> bool:
+def _owned_by(obj: dict[str, Any], owner: render.Owner, *, controller: bool = False) -> bool:
+    """Whether the object has an owner reference to this LLMDeployment (its controller one,
+    with `controller`)."""
     references = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("uid") == owner.uid and ref.get("controller") for ref in references)
-
-
-def _owned_by(obj: dict[str, Any], owner: render.Owner) -> bool:
-    references = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("uid") == owner.uid for ref in references)
+    return any(
+        ref.get("uid") == owner.uid and (ref.get("controller") or not controller)
+        for ref in references
+    )

@@ -161,21 +161,13 @@ def _serving_conditions(
     return phase, rows
 
 
-def _invalid_conditions(problems: list[str]) -> list[ConditionRow]:
-    message = "; ".join(problems)
+def _blocked_conditions(reason: str, why: list[str], waiting_for: str) -> list[ConditionRow]:
+    """Nothing can be served until the user acts: an invalid spec, or a name that is taken."""
+    message = "; ".join(why)
     return [
-        (ConditionType.READY, "False", "InvalidSpec", message),
-        (ConditionType.PROGRESSING, "False", "InvalidSpec", "fix the spec to continue"),
-        (ConditionType.DEGRADED, "True", "InvalidSpec", message),
-    ]
-
-
-def _conflict_conditions(conflicts: list[str]) -> list[ConditionRow]:
-    message = "; ".join(conflicts)
-    return [
-        (ConditionType.READY, "False", "ChildConflict", message),
-        (ConditionType.PROGRESSING, "False", "ChildConflict", "waiting for the name to be free"),
-        (ConditionType.DEGRADED, "True", "ChildConflict", message),
+        (ConditionType.READY, "False", reason, message),
+        (ConditionType.PROGRESSING, "False", reason, waiting_for),
+        (ConditionType.DEGRADED, "True", reason, message),
     ]
 
 
@@ -210,12 +202,14 @@ def compute_status(
     serving = spec if not observation.problems else None
     if serving is None:
         phase = Phase.INVALID
-        rows = _invalid_conditions(observation.problems)
+        rows = _blocked_conditions("InvalidSpec", observation.problems, "fix the spec to continue")
         active = previous.active_config
         message = "Invalid spec: " + "; ".join(observation.problems)
     elif observation.conflicts:
         phase = Phase.DEGRADED
-        rows = _conflict_conditions(observation.conflicts)
+        rows = _blocked_conditions(
+            "ChildConflict", observation.conflicts, "waiting for the name to be free"
+        )
         active = previous.active_config
         message = "Not deployed: " + "; ".join(observation.conflicts)
     else:

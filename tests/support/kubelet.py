@@ -1363,17 +1363,20 @@ class Kubelet:
     def kill_container(self, namespace: str, name: str, container: str) -> None:
         """SIGKILLs a running container of a pod, as the OOM killer would; the pod's restart
         policy decides what follows (a Deployment's pod restarts it after a back-off)."""
-        worker = self._worker(namespace, name)
-        found = [c for c in worker.containers if c.name == container] if worker else []
-        if not found or found[0].process is None:
+        found = self._container(namespace, name, container)
+        if found is None or found.process is None:
             raise LookupError(f"no running container {container} in pod {namespace}/{name}")
-        found[0].kill_main()
+        found.kill_main()
 
     def restarts(self, namespace: str, name: str, container: str) -> int:
         """How often a container of the pod has been started, less one."""
+        found = self._container(namespace, name, container)
+        return max(found.starts - 1, 0) if found else 0
+
+    def _container(self, namespace: str, name: str, container: str) -> LocalContainer | None:
         worker = self._worker(namespace, name)
         found = [c for c in worker.containers if c.name == container] if worker else []
-        return max(found[0].starts - 1, 0) if found else 0
+        return found[0] if found else None
 
     def service_account_token(self, pod: Pod, source: dict[str, Any]) -> str:
         """A token of the pod's ServiceAccount, bound to the pod (TokenRequest), for a
