@@ -14,9 +14,17 @@ PromQL the operator sends (rates over a window) is checked against those exact c
 Client and server measure slightly different intervals. vLLM starts a request's clock when
 its frontend has parsed the HTTP request, and stops the TTFT clock when the frontend's output
 loop takes the first token from the engine core; the client's TTFT also holds sending the
-request, the SSE write and its own event loop. So each client TTFT is at least the server's
-and exceeds it by the client-side overhead, a few milliseconds, bounded here by
-`CLIENT_OVERHEAD_S`. TPOT spreads that overhead's jitter over `OUTPUT_TOKENS - 1` tokens.
+request, the SSE write and its own event loop. So each client TTFT is its server TTFT plus an
+overhead o_i >= 0: a few milliseconds on average, but on two cores shared with the engine a
+request's overhead can reach hundreds (CI saw two of 101 requests over 100 ms).
+
+The error model is therefore measured in each run, not assumed: the sum of the overheads is
+the client's TTFT sum minus the engine's, both exact over the framed requests. Since every
+o_i >= 0, at most sum / r requests can have an overhead above r (Markov's inequality, here a
+certainty, not a probability), whatever the overheads' distribution; `Error.explains` checks
+the server's bucket counts against the client's values with that at every bound and for a
+range of r. TPOT takes the overheads on the first and on the last token (the latter from the
+end-to-end sums) spread over `OUTPUT_TOKENS - 1` tokens, in either direction.
 """
 
 from __future__ import annotations
@@ -90,29 +98,19 @@ SMALL_KV_BYTES = 48 * 128 * 2048
 """48 blocks of 128 tokens at 2 KiB a token (4 layers x K,V x 4 heads x 32 dims x fp16): room
 for six full-length requests, so a Poisson run rarely preempts and the burst must."""
 
-CLIENT_OVERHEAD_S = 0.1
-"""The most the client-side part of a TTFT (HTTP, SSE, the generator's event loop) may add to
-the server's. Typically 4-8 ms; the bound leaves room for the generator being starved of CPU
-on two cores shared with the engine (and, at times, with another engine)."""
+REACHES_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+"""The distances from a bucket bound at which `Error.explains` counts the requests that the
+error could have carried across it."""
 
-TPOT_SLACK_S = CLIENT_OVERHEAD_S / (OUTPUT_TOKENS - 1)
-"""Client and server TPOT differ by the jitter of that overhead spread over the decode."""
+KV_HOLDERS = Workload(num_requests=10, seed=3, concurrency=2, prompt_tokens=600, output_tokens=1000)
+"""Two at a time, in step, about 5 s each: KV blocks held for about 25 s. A scrape can be
+compared only if no request finished between the readings around it: long requests finish
+rarely (24 requests of 400 tokens left 2 of 24 scrapes comparable beside a busy loop)."""
 
-KV_HOLDERS = Workload(num_requests=24, seed=3, concurrency=2, prompt_tokens=600, output_tokens=400)
-"""Two at a time, about 2 s each: KV blocks held for about 24 s. 12 requests gave from 1 to 7
-comparable scrapes on two cores; twice as long a hold gives twice the chances."""
-
-SCRAPE_TAKES_S = 0.1
-"""More than Prometheus needs to read the engine's /metrics (about 10 ms)."""
-
-OVERHEAD_SPREAD = 4.0
-"""A request's client overhead stays within this many times the run's mean (the generator's
-timing error, bench/loadgen_overhead.py, is a floor of about 1 ms plus scheduling delays of a
-few ms; its p99 stays within a few times its mean on two cores)."""
-MIN_OVERHEAD_S = 0.005
 START_TIMEOUT = 300.0
 
 TTFT = "vllm:time_to_first_token_seconds"
+E2E = "vllm:e2e_request_latency_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 OUTPUT_TOKENS_HIST = "vllm:request_generation_tokens"
@@ -248,6 +246,53 @@ def count_at_most(values: Sequence[float], bound: float) -> int:
     return sum(v <= bound for v in values)
 
 
+@dataclass(frozen=True)
+class Error:
+    """How a run's client values differ from the server's for the same requests: client_i =
+    server_i + e_i, with sum |e_i| <= `total_s`, and e_i >= 0 when `one_sided`."""
+
+    total_s: float
+    one_sided: bool
+
+    def explains(self, buckets: Sequence[Bucket], client: Sequence[float]) -> None:
+        """Asserts that the server's cumulative bucket counts can come from the client's values
+        under this error. At a bound b, the requests counted at or under b by one side and
+        above b + r (or b - r) by the other each have |e_i| > r: at most total_s / r of them."""
+        for bound, count in buckets:
+            if math.isinf(bound):
+                continue
+            if self.one_sided:  # no request is faster at the client
+                assert count_at_most(client, bound) <= count, bound
+            for reach in REACHES_S:
+                most = self.total_s / reach
+                carried_up = count - count_at_most(client, bound + reach)
+                assert carried_up <= most, (bound, reach, carried_up, most)
+                if not self.one_sided:
+                    carried_down = count_at_most(client, bound - reach) - count
+                    assert carried_down <= most, (bound, reach, carried_down, most)
+
+
+def ttft_error(results: Sequence[RequestResult], frame: Frame) -> Error:
+    """The TTFT overheads' sum: the client's TTFT sum minus the engine's, over the frame."""
+    total = sum(ttfts(results)) - frame.engine_delta(f"{TTFT}_sum")
+    print(f"client TTFT overhead: mean {total / len(results) * 1000:.2f} ms")
+    assert total >= 0
+    return Error(total, one_sided=True)
+
+
+def tpot_error(results: Sequence[RequestResult], frame: Frame) -> Error:
+    """A client TPOT is its server TPOT plus (overhead on the last token - overhead on the
+    first) / (tokens - 1). Both overheads are >= 0 and at most what the client's end-to-end
+    time and TTFT exceed the server's by, so the sum of |e_i| is at most the two excesses'
+    sums over OUTPUT_TOKENS - 1."""
+    ttft_excess = sum(ttfts(results)) - frame.engine_delta(f"{TTFT}_sum")
+    e2e_excess = sum(r.e2e for r in results) - frame.engine_delta(f"{E2E}_sum")
+    print(f"client excess: TTFT {ttft_excess:.4f}s, end to end {e2e_excess:.4f}s in all")
+    assert ttft_excess >= 0
+    assert e2e_excess >= 0
+    return Error((ttft_excess + e2e_excess) / (OUTPUT_TOKENS - 1), one_sided=False)
+
+
 def ttfts(results: Sequence[RequestResult]) -> list[float]:
     return [r.ttft for r in results if r.ttft is not None]
 
@@ -352,16 +397,10 @@ def test_prometheus_ttft_percentiles_bracket_the_client_ones(
     print(f"TTFT p{p}: client {exact:.4f}s, Prometheus {estimate:.4f}s in ({lower}, {upper}]")
     assert lower < estimate <= upper
     # Every client TTFT is at least its server TTFT, so the client's order statistic is at
-    # least the server's, which lies in the bucket; the overhead may lift it past the bound.
-    assert lower < exact <= upper + CLIENT_OVERHEAD_S
-
-    # The same at every bound, request by request: no request is faster at the client.
-    for bound, count in buckets:
-        assert (
-            count_at_most(client, bound)
-            <= count
-            <= count_at_most(client, bound + CLIENT_OVERHEAD_S)
-        ), bound
+    # least the server's, which lies in the bucket; the overhead may lift it past the bound,
+    # by as much as the measured overheads allow at every bound.
+    assert lower < exact
+    ttft_error(measured.results, frame).explains(buckets, client)
 
     # The PromQL the operator sends (a rate over a window) lands in the same bucket.
     promql = shared.source.query_value(
@@ -379,8 +418,11 @@ def test_client_ttft_exceeds_the_servers_by_the_client_overhead(
         shared, f"{TTFT}_count", frame
     )
     offset = mean(client) - server_mean
+    # The offset is the run's mean overhead: 4-8 ms on an idle two-core machine, 29 ms on a
+    # busy CI machine, over 100 ms with a busy loop beside the tests. No fixed bound holds
+    # for it; what must hold is its sign.
     print(f"TTFT mean: client {mean(client):.4f}s, server {server_mean:.4f}s, offset {offset:.4f}s")
-    assert 0 <= offset <= CLIENT_OVERHEAD_S
+    assert offset >= 0
 
 
 @pytest.mark.parametrize("p", [50, 95])
@@ -397,12 +439,13 @@ def test_prometheus_tpot_percentiles_bracket_the_client_ones(
     exact = percentile(client, p)
     print(f"TPOT p{p}: client {exact:.5f}s, Prometheus {estimate:.5f}s in ({lower}, {upper}]")
     assert lower < estimate <= upper
-    assert lower - TPOT_SLACK_S < exact <= upper + TPOT_SLACK_S
+    error = tpot_error(measured.results, frame)
+    error.explains(buckets, client)
 
     server_mean = prometheus_delta(shared, f"{TPOT}_sum", frame) / prometheus_delta(
         shared, f"{TPOT}_count", frame
     )
-    assert mean(client) == pytest.approx(server_mean, abs=TPOT_SLACK_S)
+    assert mean(client) == pytest.approx(server_mean, abs=error.total_s / len(client))
 
     promql = shared.source.query_value(
         metrics.latency_quantile("tpot", p, frame.window, TINY), at=frame.ended
@@ -474,21 +517,55 @@ def test_generation_throughput_is_the_engine_counter_delta(
     assert engine_delta <= rate * window <= engine_delta * window / (window - 2.2)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """The engine's own /metrics, fetched between two wall-clock moments."""
+
+    began: float
+    ended: float
+    exposition: Exposition
+
+    @property
+    def kv_usage(self) -> float | None:
+        return self.exposition.value(KV_USAGE, model_name=SERVED)
+
+    def bounds_until(self, later: Reading) -> tuple[float, float] | None:
+        """Bounds on the KV-cache gauge between this reading and `later`, when no request
+        finished or was preempted in between: KV blocks are freed only then, so the gauge
+        could only rise, from this reading's value to `later`'s."""
+        frees = ("vllm:request_success_total", "vllm:num_preemptions_total")
+        if any(
+            self.exposition.value(name, model_name=SERVED)
+            != later.exposition.value(name, model_name=SERVED)
+            for name in frees
+        ):
+            return None
+        low, high = self.kv_usage, later.kv_usage
+        assert low is not None
+        assert high is not None
+        assert low <= high, f"the KV-cache gauge fell from {low} to {high} with nothing freed"
+        return low, high
+
+
 def test_kv_cache_usage_is_what_the_engine_reported_at_each_scrape(shared: Engine) -> None:
     """Prometheus' samples of the gauge, each compared with the engine's own /metrics read
     around the sample's timestamp, while two long requests decode (the gauge then moves at
     each 128-token block, every half second or so)."""
     pages: list[tuple[float, float, str]] = []  # (fetch began, fetch ended, text)
     done = threading.Event()
+    failures: list[Exception] = []
 
     def poll() -> None:
         # Parsing an exposition takes ~0.5 s of Python under load: fetch now, parse later.
-        while not done.is_set():
-            began = time.time()
-            with urllib.request.urlopen(shared.scrape.url, timeout=10) as response:  # noqa: S310
-                text = response.read().decode()
-            pages.append((began, time.time(), text))
-            time.sleep(0.05)
+        try:
+            while not done.is_set():
+                began = time.time()
+                with urllib.request.urlopen(shared.scrape.url, timeout=30) as response:  # noqa: S310
+                    text = response.read().decode()
+                pages.append((began, time.time(), text))
+                time.sleep(0.05)
+        except Exception as error:  # noqa: BLE001 - the test fails with it, below
+            failures.append(error)
 
     poller = threading.Thread(target=poll)
     poller.start()
@@ -497,25 +574,40 @@ def test_kv_cache_usage_is_what_the_engine_reported_at_each_scrape(shared: Engin
     finally:
         done.set()
         poller.join()
-    readings = [
-        (began, ended, Exposition.parse(text).value(KV_USAGE, model_name=SERVED))
-        for began, ended, text in pages
-    ]
+    assert not failures, failures
+    readings = [Reading(began, ended, Exposition.parse(text)) for began, ended, text in pages]
 
     query = f"{KV_USAGE}{TINY}[{frame.window}]"
     series = shared.prometheus.api("query", query=query, time=repr(frame.ended))["result"]
     assert len(series) == 1
-    compared = []
+    # How long each of those scrapes took, by its timestamp: the engine answered Prometheus
+    # somewhere between the timestamp (when the scrape began) and that much later.
+    instance = series[0]["metric"]["instance"]
+    durations = shared.prometheus.api(
+        "query",
+        query=f'scrape_duration_seconds{{instance="{instance}"}}[{frame.window}]',
+        time=repr(frame.ended),
+    )["result"]
+    took = {stamp: float(text) for stamp, text in durations[0]["values"]}
+    compared: list[tuple[float, float, float]] = []  # (engine before, Prometheus, engine after)
     for stamp, text in series[0]["values"]:
-        # The engine's value at a scrape is known when the reading that ended before the
-        # scrape began and the one that began after it had surely ended agree.
-        before = [r for r in readings if r[1] <= stamp]
-        after = [r for r in readings if r[0] >= stamp + SCRAPE_TAKES_S]
-        if before and after and before[-1][2] == after[0][2]:
-            compared.append((float(text), before[-1][2]))
-    held = [engine for _, engine in compared if engine]
-    print(f"KV usage: {len(compared)} of {len(series[0]['values'])} scrapes compared: {held}")
-    assert [prom for prom, _ in compared] == [engine for _, engine in compared]
+        # The engine's value at a scrape lies between those of the reading that ended last
+        # before the scrape began and the one that began first after it had ended, when the
+        # gauge could only rise in between (`Reading.bounds_until`); when both agree, it is
+        # known exactly.
+        before = [r for r in readings if r.ended <= stamp]
+        after = [r for r in readings if r.began >= stamp + took[stamp]]
+        if before and after and (bounds := before[-1].bounds_until(after[0])):
+            compared.append((bounds[0], float(text), bounds[1]))
+    exact = [prom for low, prom, high in compared if low == high]
+    held = [prom for low, prom, high in compared if low > 0]
+    print(
+        f"KV usage: {len(compared)} of {len(series[0]['values'])} scrapes compared, {len(exact)}"
+        f" exactly; while blocks were held: {held}"
+    )
+    print(f"scrape durations: max {max(took.values()) * 1000:.0f} ms")
+    for low, prom, high in compared:
+        assert low <= prom <= high, (low, prom, high)
     assert len(held) >= 3  # scrapes while the requests held blocks
 
     # Idle again: the operator's query shows the engine's current value.
@@ -565,15 +657,10 @@ def test_custom_buckets_at_the_slo_agree_with_the_client(
         f"client {client_count}/{len(client)} (client p95 {percentile(client, 95):.4f}s)"
     )
     assert total == len(client) == SLO_RUN.num_requests
-    # The error model, measured in this run: the client's mean overhead on a TTFT is the
-    # difference of the client's and the engine's sums over the same requests. No request is
-    # faster at the client; the overhead can carry the requests just under the bound at the
-    # engine past it at the client, those within OVERHEAD_SPREAD x that mean of the bound.
-    overhead = (sum(client) - frame.engine_delta(f"{TTFT}_sum")) / len(client)
-    reach = max(OVERHEAD_SPREAD * overhead, MIN_OVERHEAD_S)
-    print(f"client TTFT overhead: mean {overhead * 1000:.2f} ms, tolerance {reach * 1000:.1f} ms")
-    assert 0 <= overhead <= CLIENT_OVERHEAD_S
-    assert client_count <= at_threshold <= count_at_most(client, threshold + reach)
+    # The error model, measured in this run (see the module's docstring): no request is
+    # faster at the client; the overheads can carry requests just under a bound at the engine
+    # past it at the client, as many as their measured sum allows.
+    ttft_error(results, frame).explains(buckets, client)
 
     verdict = judge_histogram(buckets, slo.ttft.percentile, threshold)
     from_samples = evaluate_samples(slo, {"ttft": client})
@@ -581,11 +668,10 @@ def test_custom_buckets_at_the_slo_agree_with_the_client(
     assert verdict.resolvable
     assert verdict.met is not None
     if verdict.met != from_samples.met:
-        # The one disagreement the overhead allows: the request that decides p95 was under
-        # the threshold at the server and over it at the client, by no more than the overhead.
-        deciding = sorted(client)[math.ceil(slo.ttft.percentile / 100 * len(client)) - 1]
+        # The one disagreement the overhead allows: requests under the threshold at the
+        # server were carried over it at the client (how far, `explains` checked above).
         assert from_samples.met is False
-        assert threshold < deciding <= threshold + CLIENT_OVERHEAD_S
+        assert at_threshold > client_count
 
     # The source's increase() buckets scale every count by about the same extrapolation
     # factor, so the fraction at the threshold survives it.
