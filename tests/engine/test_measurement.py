@@ -272,9 +272,14 @@ class Error:
                     assert carried_down <= most, (bound, reach, carried_down, most)
 
 
+def ttft_excess(results: Sequence[RequestResult], frame: Frame) -> float:
+    """The client's TTFT sum minus the engine's, over the frame's requests."""
+    return sum(ttfts(results)) - frame.engine_delta(f"{TTFT}_sum")
+
+
 def ttft_error(results: Sequence[RequestResult], frame: Frame) -> Error:
-    """The TTFT overheads' sum: the client's TTFT sum minus the engine's, over the frame."""
-    total = sum(ttfts(results)) - frame.engine_delta(f"{TTFT}_sum")
+    """The TTFT overheads, of which `ttft_excess` is the sum."""
+    total = ttft_excess(results, frame)
     print(f"client TTFT overhead: mean {total / len(results) * 1000:.2f} ms")
     assert total >= 0
     return Error(total, one_sided=True)
@@ -285,12 +290,12 @@ def tpot_error(results: Sequence[RequestResult], frame: Frame) -> Error:
     first) / (tokens - 1). Both overheads are >= 0 and at most what the client's end-to-end
     time and TTFT exceed the server's by, so the sum of |e_i| is at most the two excesses'
     sums over OUTPUT_TOKENS - 1."""
-    ttft_excess = sum(ttfts(results)) - frame.engine_delta(f"{TTFT}_sum")
-    e2e_excess = sum(r.e2e for r in results) - frame.engine_delta(f"{E2E}_sum")
-    print(f"client excess: TTFT {ttft_excess:.4f}s, end to end {e2e_excess:.4f}s in all")
-    assert ttft_excess >= 0
-    assert e2e_excess >= 0
-    return Error((ttft_excess + e2e_excess) / (OUTPUT_TOKENS - 1), one_sided=False)
+    first = ttft_excess(results, frame)
+    last = sum(r.e2e for r in results) - frame.engine_delta(f"{E2E}_sum")
+    print(f"client excess: TTFT {first:.4f}s, end to end {last:.4f}s in all")
+    assert first >= 0
+    assert last >= 0
+    return Error((first + last) / (OUTPUT_TOKENS - 1), one_sided=False)
 
 
 def ttfts(results: Sequence[RequestResult]) -> list[float]:
