@@ -11,14 +11,18 @@ vLLM image here) as local processes of their own command and arguments, and repo
 status through the API. Prometheus discovers the pods from the
 file the kubelet writes, as kubernetes_sd would from the API.
 
-The workload is the README example's shape (2048-token prompts, 32 output tokens) at 6.5
-requests/s, with TTFT p95 <= 2 s. Each trial measures capacity, so a study must carry 7.15
-requests/s (10% headroom). The deployment starts on a configuration that serves one request at
-a time (`maxNumSeqs: 1`): a request holds the engine for about 0.2 s, so it carries about 5
-requests/s and its queue grows without bound at 6.5. vLLM's CPU defaults (128 sequences,
-2048 batched tokens) batch the same load and carry twice the rate and more (their prefill
-ceiling is about 15 requests/s here). So the live SLO misses before tuning and holds after it,
-and a trial's verdict on either is far from its boundary: the premise holds on a busy machine.
+The workload is the README example's shape (2048-token prompts, 32 output tokens), with TTFT
+p95 <= 2 s, at a rate set from this machine's speed: half the prefill ceiling of vLLM's CPU
+defaults (128 sequences, 2048 batched tokens), measured before the tests on a real engine
+beside the control plane. Each trial measures capacity, so a study must carry that rate with
+10% headroom: 0.55 of the ceiling. The defaults carry about 0.65 of it (measured with a ceiling
+of 11.1 requests/s: a pass at 0.64, TTFT p95 0.98 s; at 0.72 the queue grows without bound).
+The deployment starts on a configuration that serves one request at a time (`maxNumSeqs: 1`),
+which carries less than a quarter of the ceiling (a request holds the whole engine; it failed
+at 0.26), so its queue grows without bound at half of it. So the live SLO misses before
+tuning and holds after it, and a trial's verdict on either is away from its boundary on a slow
+machine as on a fast one. A fixed rate is not: at 6.5 requests/s (7.15 to carry) the defaults
+have room on a machine whose ceiling is 15 requests/s and none on one whose ceiling is 11.
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ from typing import Any
 import pytest
 
 from slotune import loadgen
+from slotune.models import EngineArgs, WorkloadSpec
 from slotune.render import LOAD_CONTAINER
+from slotune.runtime import EngineConfig
+from slotune.runtime.local import LocalRuntime
+from slotune.tuner.measure import measure_ceiling
 from slotune.tuner.records import loads
 from support.cluster import RESYNC_SECONDS, Cluster, OperatorPod, OperatorProcess, wait_for
 from support.engine import TINY_MODEL, vllm_python
@@ -46,17 +54,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.engine]
 NAMESPACE = "tuning"
 ENGINE_START = 400.0  # a vLLM CPU start takes 45-115 s alone, longer beside a measurement
 TRIAL = 600.0  # start + warm-up + the ceilings + a capacity search of up to 8 probes
-RATE = 6.5
+RATE_OF_CEILING = 0.5
+"""The users' rate as a fraction of the defaults' measured prefill ceiling (requests/s)."""
 SLO = {"ttft": {"percentile": 95, "maxSeconds": 2.0}, "window": "30s"}
-WORKLOAD = {
+SHAPE = {
     "source": "Synthetic",
     "promptTokens": {"mean": 2048, "spread": 0.1},
     "outputTokens": {"mean": 32},
-    "requestRate": RATE,
     "duration": "10s",
 }
 SERVING = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
 """The deployment's own configuration: one request at a time."""
+DEFAULTS = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 128, "blockSize": 128}
+"""vLLM's CPU defaults, as a study's first trial runs them."""
 
 
 def tiny(name: str, *, tuning: dict[str, Any], replicas: int = 1, **spec: Any) -> dict[str, Any]:
@@ -98,6 +108,31 @@ def space(*batched: int, seqs: tuple[int, ...] = (128, 1)) -> dict[str, Any]:
 
 
 # --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workload(kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The spec's workload, at RATE_OF_CEILING of the prefill ceiling of vLLM's defaults as
+    this machine runs them now (the measurement a study makes on its first trial), with the
+    control plane and the kubelet running beside it."""
+    runtime = LocalRuntime(vllm_python(), tmp_path_factory.mktemp("ceiling"), dummy_weights=True)
+    config = EngineConfig(
+        model=str(TINY_MODEL),
+        served_name="ceiling",
+        args=EngineArgs.model_validate({"maxModelLen": 4096, **DEFAULTS}),
+        extra_args=("--skip-tokenizer-init",),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
+    )
+    engine = runtime.start(config, timeout=ENGINE_START)
+    try:
+        spec = WorkloadSpec.model_validate({**SHAPE, "requestRate": 1.0})
+        ceiling = asyncio.run(measure_ceiling(engine.base_url, "ceiling", spec))
+    finally:
+        engine.stop()
+    rate = round(RATE_OF_CEILING * ceiling.prefill_rate, 2)
+    print(f"Prefill ceiling of vLLM's defaults here: {ceiling.prefill_rate:.2f} requests/s; "
+          f"the users' rate: {rate} requests/s")  # fmt: skip
+    return {**SHAPE, "requestRate": rate}
 
 
 @pytest.fixture(scope="module")
@@ -225,11 +260,11 @@ def records(cluster: Cluster, name: str) -> list[Any]:
 class Traffic:
     """Users: the workload's Poisson stream sent to a serving pod, in the background."""
 
-    def __init__(self, ip: str, served: str, seconds: float, seed: int) -> None:
+    def __init__(self, ip: str, served: str, rate: float, seconds: float, seed: int) -> None:
         workload = loadgen.Workload(
-            num_requests=round(RATE * seconds),
+            num_requests=round(rate * seconds),
             seed=seed,
-            rate=RATE,
+            rate=rate,
             prompt_tokens=2048,
             prompt_spread=0.1,
             output_tokens=32,
@@ -251,8 +286,22 @@ def explain(cluster: Cluster, kubelet: Kubelet, operator: OperatorPod) -> str:
     events = cluster.kubectl(
         "get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp", check=False
     ).stdout
+    trials = []
+    for config_map in json.loads(
+        cluster.kubectl("get", "configmaps", "-n", NAMESPACE, "-o", "json", check=False).stdout
+        or '{"items": []}'
+    )["items"]:
+        for record in loads((config_map.get("data") or {}).get("trials.jsonl", "")):
+            found = record.measurement.capacity if record.measurement else None
+            trials.append(
+                f"{config_map['metadata']['name']} #{record.number} {record.label} "
+                f"{record.phase} {dict(record.params)}: "
+                f"{found.describe() if found else record.state}"
+            )
+    listed = "\n".join(trials)
     return (
-        f"\n--- events\n{events}\n--- operator log (tail)\n{operator.log()[-6000:]}"
+        f"\n--- trials\n{listed}\n--- events\n{events}"
+        f"\n--- operator log (tail)\n{operator.log()[-6000:]}"
         f"\n--- containers\n{kubelet.log_tails()}"
     )
 
@@ -261,14 +310,18 @@ def explain(cluster: Cluster, kubelet: Kubelet, operator: OperatorPod) -> str:
 
 
 def test_holds_still_while_prometheus_is_unreachable(
-    cluster: Cluster, kubelet: Kubelet, prometheus: PrometheusServer, tuning_operator: Any
+    cluster: Cluster,
+    kubelet: Kubelet,
+    prometheus: PrometheusServer,
+    tuning_operator: Any,
+    workload: dict[str, Any],
 ) -> None:
     """Nothing is launched or decided on a blind spot; once Prometheus answers, it goes on."""
     obj = tiny(
         "held",
         replicas=0,
         tuning={"enabled": True, "maxTrials": 1, "searchSpace": space(2048, seqs=(128,)),
-                "workload": WORKLOAD},
+                "workload": workload},
         monitoring={"prometheusURL": "http://127.0.0.1:9"},  # nothing listens there
     )  # fmt: skip
     assert cluster.apply(obj).returncode == 0
@@ -299,7 +352,11 @@ def test_holds_still_while_prometheus_is_unreachable(
 
 
 def test_tunes_promotes_and_survives_restarts_at_every_step(
-    cluster: Cluster, kubelet: Kubelet, prometheus: PrometheusServer, tuning_operator: Any
+    cluster: Cluster,
+    kubelet: Kubelet,
+    prometheus: PrometheusServer,
+    tuning_operator: Any,
+    workload: dict[str, Any],
 ) -> None:
     """The deployment starts on a configuration that misses the SLO on live traffic (as
     Prometheus shows); the study measures vLLM's defaults and that configuration, finds the
@@ -308,7 +365,7 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
     repeated or left behind."""
     operator: OperatorPod = tuning_operator
     tuning = {"enabled": False, "maxTrials": 4, "seed": 0, "searchSpace": space(2048),
-              "workload": WORKLOAD}  # fmt: skip
+              "workload": workload}  # fmt: skip
     assert cluster.apply(tiny("chat", tuning=tuning)).returncode == 0
     try:
         ip = wait_for(
@@ -318,7 +375,7 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
         before = template_hash(cluster, "chat")
 
         # Users on the deployment's configuration: Prometheus shows the SLO missed.
-        traffic = Traffic(ip, "chat", 45, seed=11)
+        traffic = Traffic(ip, "chat", workload["requestRate"], 45, seed=11)
         missed = wait_for(
             "SLOMet=False from Prometheus on the deployment's configuration",
             lambda: slo_judged(o := llmd(cluster, "chat"), "False") and o,
@@ -385,7 +442,7 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
 
     # Users on the promoted configuration: Prometheus shows the SLO met.
     _, ip = wait_for("the promoted pod", lambda: serving_pod(cluster, kubelet, "chat"), 60)
-    traffic = Traffic(ip, "chat", 45, seed=12)
+    traffic = Traffic(ip, "chat", workload["requestRate"], 45, seed=12)
     met = wait_for(
         "SLOMet=True from Prometheus on the promoted configuration",
         lambda: slo_judged(o := llmd(cluster, "chat"), "True") and o,
@@ -440,7 +497,11 @@ def kill_at_each_step(
 
 
 def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violation(
-    cluster: Cluster, kubelet: Kubelet, prometheus: PrometheusServer, tuning_operator: Any
+    cluster: Cluster,
+    kubelet: Kubelet,
+    prometheus: PrometheusServer,
+    tuning_operator: Any,
+    workload: dict[str, Any],
 ) -> None:
     """apply: Recommend writes only status. Switched to Auto, the recommendation is promoted;
     its pods fail on the serving node, so it is rolled back with the old pod serving all along.
@@ -448,7 +509,7 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
     operator: OperatorPod = tuning_operator
     tuning = {
         "enabled": True, "apply": "Recommend", "maxTrials": 1,
-        "searchSpace": space(2048, seqs=(128,)), "workload": WORKLOAD,
+        "searchSpace": space(2048, seqs=(128,)), "workload": workload,
         "retune": {"onSloViolation": True, "after": "20s", "cooldown": "0s"},
     }  # fmt: skip
 
@@ -507,7 +568,7 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
 
         # Users on the old configuration miss the SLO; 20 s later a new study starts.
         _, ip = wait_for("a ready pod", lambda: serving_pod(cluster, kubelet, "guarded"), 60)
-        traffic = Traffic(ip, "guarded", 60, seed=13)
+        traffic = Traffic(ip, "guarded", workload["requestRate"], 60, seed=13)
         wait_for(
             "a re-tune after the sustained violation",
             lambda: tuning_of(cluster, "guarded").get("study", 0) >= 2,

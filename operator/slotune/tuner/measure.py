@@ -469,11 +469,12 @@ def _steady_rate(results: Sequence[loadgen.RequestResult], skip: int, tokens: st
 
 
 async def measure_ceiling(
-    base_url: str, model: str, workload: WorkloadSpec, engine: _Engine, seed: int
+    base_url: str, model: str, workload: WorkloadSpec, engine: _Engine | None = None, seed: int = 0
 ) -> Ceiling:
     """The engine's saturated prefill (the workload's prompts with max_tokens=1, closed loop)
     and decode (16-token prompts with long outputs) throughputs, each run for about
     CEILING_SECONDS after a calibration batch."""
+    engine = engine or _Engine(base_url)
     if workload.prompt_tokens is None or workload.output_tokens is None:
         raise ValueError("a measured workload needs promptTokens and outputTokens")
     prefill_shape = loadgen.Workload(
