@@ -18,7 +18,8 @@ import yaml
 from pydantic import ValidationError
 
 from slotune.capacity import above as capacity_above
-from slotune.models import LLMDeployment
+from slotune.models import EngineArgs, LLMDeployment, LLMDeploymentSpec
+from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions
 from slotune.tuner.measure import CapacityMeasure
@@ -31,7 +32,7 @@ from slotune.tuner.report import (
     table_rows,
     write_report,
 )
-from slotune.tuner.space import PLATFORMS, describe_params
+from slotune.tuner.space import PLATFORMS, Platform, describe_params
 
 
 def load_deployment(path: Path) -> LLMDeployment:
@@ -57,6 +58,24 @@ def load_deployment(path: Path) -> LLMDeployment:
             "traffic to copy here)"
         )
     return deployment
+
+
+def defaults_config(
+    spec: LLMDeploymentSpec,
+    platform: Platform,
+    model: str,
+    served_name: str,
+    env: tuple[tuple[str, str], ...] = (),
+) -> EngineConfig:
+    """vLLM's defaults on `platform` over the spec's own engine settings, as a study's first
+    trial starts them: for a measurement outside a study (the machine's speed, a warm start)."""
+    return EngineConfig(
+        model=model,
+        served_name=served_name,
+        args=EngineArgs.model_validate({**spec.engine.args.explicit(), **platform.defaults}),
+        extra_args=tuple(spec.engine.extra_args),
+        env=tuple((v.name, v.value) for v in spec.engine.env) + env,
+    )
 
 
 def _rate(value: float | None) -> str:
