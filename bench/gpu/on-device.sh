@@ -7,6 +7,10 @@
 #   bench/gpu/on-device.sh facts            what the machine has (GPU, python, packages)
 #   bench/gpu/on-device.sh install          join the chunks, check the sha256, unpack to
 #                                           /tmp/slotune-site, check that vLLM and slotune import
+#   bench/gpu/on-device.sh warm             start vLLM's defaults once and stop them: a fresh
+#                                           machine's first engine start takes about 185 s
+#                                           (compiling), later ones 75-100 s, and a finely
+#                                           bracketed trial needs all but that of one call
 #   bench/gpu/on-device.sh tune SECONDS     the study (`slotune tune --local`), stopped between
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
@@ -60,6 +64,24 @@ install)
   done
   time python3 -c 'import vllm, optuna, pydantic, slotune.tuner.local as l; print("vllm", vllm.__version__, "optuna", optuna.__version__, "pydantic", pydantic.__version__)'
   ;;
+warm)
+  python3 - "$here/h200-study.yaml" "$here/llama-8b" <<'PY'
+import sys
+import time
+from pathlib import Path
+
+from slotune.runtime.local import LocalRuntime
+from slotune.tuner.local import defaults_config, load_deployment
+from slotune.tuner.space import H200
+
+spec = load_deployment(Path(sys.argv[1])).spec
+runtime = LocalRuntime(Path("python3"), Path("/tmp/slotune-warm"), dummy_weights=True)
+started = time.monotonic()
+engine = runtime.start(defaults_config(spec, H200, sys.argv[2], "warm"), timeout=600)
+print(f"vLLM's defaults started in {time.monotonic() - started:.0f} s (compile caches now warm)")
+engine.stop()
+PY
+  ;;
 tune)
   seconds="${2:?tune SECONDS}"
   mkdir -p "$study"
@@ -88,7 +110,7 @@ side-by-side)
   tar -czf "$OUT/side-engine-logs.tar.gz" -C /tmp/slotune-side . 2>/dev/null || true
   ;;
 *)
-  sed -n '2,19p' "$0"
+  sed -n '2,23p' "$0"
   exit 2
   ;;
 esac

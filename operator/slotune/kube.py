@@ -169,7 +169,9 @@ class Kube:
         result: dict[str, Any] = self._call(
             "PATCH",
             Ref.of(obj).path(subresource),
-            body=obj,
+            # An apply patch is decoded as YAML, which has no surrogate-pair escapes: text
+            # outside the BMP (an emoji) goes as UTF-8, not as JSON's default "\ud83e...".
+            body=json.dumps(obj, ensure_ascii=False).encode(),
             content_type="application/apply-patch+yaml",
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )

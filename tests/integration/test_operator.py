@@ -94,6 +94,26 @@ def test_creates_deployment_and_service_with_the_right_shape(
     assert "ReadyFalse" in events
 
 
+def test_deploys_text_outside_the_basic_multilingual_plane(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """An emoji in an env value or a chat template is valid text: the children carry it as
+    the user wrote it (JSON's surrogate-pair escapes are not YAML, and an apply patch is
+    decoded as YAML, so it must reach the server as UTF-8)."""
+    greeting = "Bonjour \U0001f999 \u00e9t\u00e9 \U0001d11e"
+    obj = llmd("unicode", namespace)
+    obj["spec"]["engine"]["env"] = [{"name": "GREETING", "value": greeting}]
+    assert cluster.apply(obj).returncode == 0
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "unicode", namespace))
+    env = {e["name"]: e.get("value") for e in engine_container(dep).get("env", [])}
+    assert env["GREETING"] == greeting
+    found = wait_for(
+        "a status",
+        lambda: (o := cluster.get("llmd", "unicode", namespace)) and o.get("status") and o,
+    )
+    assert condition(found, "Ready") is not None, found["status"]
+
+
 def test_spec_change_rolls_the_deployment(
     cluster: Cluster, operator: OperatorProcess, namespace: str
 ) -> None:

@@ -55,7 +55,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 NAMESPACE = "tuning"
 ENGINE_START = 400.0  # a vLLM CPU start takes 45-115 s alone, longer beside a measurement
-TRIAL = 900.0  # one trial; its record's seconds were 475-677 here
+TRIAL = 900.0
+"""One trial at RATE_OF_TRIAL requests/s or more: its records' seconds were 475-677 there. A
+trial's probes last a number of requests and of request lifetimes, so on a slower machine
+(a lower rate) it takes longer: `trial_seconds`."""
+RATE_OF_TRIAL = 4.0
 RATE_OF_CEILING = 0.4
 """The users' rate as a fraction of the defaults' measured prefill ceiling (requests/s)."""
 SLO = {"ttft": {"percentile": 95, "maxSeconds": 2.0}, "window": "30s"}
@@ -69,6 +73,11 @@ SERVING = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
 """The deployment's own configuration: one request at a time."""
 DEFAULTS = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 128, "blockSize": 128}
 """vLLM's CPU defaults, as a study's first trial runs them."""
+
+
+def trial_seconds(workload: dict[str, Any]) -> float:
+    """How long one trial may take at the workload's rate (TRIAL, scaled for a slower machine)."""
+    return TRIAL * max(1.0, RATE_OF_TRIAL / workload["requestRate"])
 
 
 def tiny(name: str, *, tuning: dict[str, Any], replicas: int = 1, **spec: Any) -> dict[str, Any]:
@@ -391,14 +400,14 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
         cluster.kubectl(
             "patch", "llmd", "chat", "-n", NAMESPACE, "--type=merge", "-p", json.dumps(patch)
         )
-        killed = kill_at_each_step(cluster, operator, "chat")
+        killed = kill_at_each_step(cluster, operator, "chat", 4 * trial_seconds(workload))
         done = wait_for(
             "the study to promote and verify a configuration",
             lambda: (
                 tuning_of(cluster, "chat").get("state") in ("Completed", "RolledBack")
                 and tuning_of(cluster, "chat")
             ),
-            4 * TRIAL,
+            4 * trial_seconds(workload),
             interval=2,
         )
     except AssertionError as error:
@@ -471,13 +480,13 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
 
 
 def kill_at_each_step(
-    cluster: Cluster, operator: OperatorPod, name: str
+    cluster: Cluster, operator: OperatorPod, name: str, seconds: float
 ) -> list[tuple[str, int | None]]:
     """SIGKILLs the operator the first time the study is seen at each step of each trial
     (and while promoting), then starts it again; returns where it was killed."""
     killed: list[tuple[str, int | None]] = []
     seen: set[tuple[str, int | None]] = set()
-    deadline = time.monotonic() + 4 * TRIAL
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         status = tuning_of(cluster, name)
         state = status.get("state")
@@ -535,7 +544,7 @@ def test_recommends_then_rolls_back_a_failing_promotion_then_retunes_on_a_violat
                 tuning_of(cluster, "guarded").get("state") == "Recommended"
                 and tuning_of(cluster, "guarded")
             ),
-            TRIAL,
+            trial_seconds(workload),
             interval=2,
         )
         assert template_hash(cluster, "guarded") == before  # Recommend changes nothing
