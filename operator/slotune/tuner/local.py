@@ -18,10 +18,10 @@ import yaml
 from pydantic import ValidationError
 
 from slotune.capacity import above as capacity_above
-from slotune.models import EngineArgs, LLMDeployment, LLMDeploymentSpec
+from slotune.models import LLMDeployment, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
-from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions
+from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions, engine_config
 from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
 from slotune.tuner.report import (
@@ -69,13 +69,7 @@ def defaults_config(
 ) -> EngineConfig:
     """vLLM's defaults on `platform` over the spec's own engine settings, as a study's first
     trial starts them: for a measurement outside a study (the machine's speed, a warm start)."""
-    return EngineConfig(
-        model=model,
-        served_name=served_name,
-        args=EngineArgs.model_validate({**spec.engine.args.explicit(), **platform.defaults}),
-        extra_args=tuple(spec.engine.extra_args),
-        env=tuple((v.name, v.value) for v in spec.engine.env) + env,
-    )
+    return engine_config(spec, platform.defaults, model, served_name, env)
 
 
 def _rate(value: float | None) -> str:

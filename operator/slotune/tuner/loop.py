@@ -36,6 +36,23 @@ Measure = Callable[[str, MeasureRequest], Measurement]
 MAX_REJECTIONS = 64
 
 
+def engine_config(
+    spec: LLMDeploymentSpec,
+    params: dict[str, Any],
+    model: str,
+    served_name: str,
+    env: tuple[tuple[str, str], ...] = (),
+) -> EngineConfig:
+    """The engine a trial of `params` starts: the spec's own settings with the params on top."""
+    return EngineConfig(
+        model=model,
+        served_name=served_name,
+        args=EngineArgs.model_validate({**spec.engine.args.explicit(), **params}),
+        extra_args=tuple(spec.engine.extra_args),
+        env=tuple((v.name, v.value) for v in spec.engine.env) + env,
+    )
+
+
 @dataclass(frozen=True)
 class TunerOptions:
     patience: int = 4
@@ -210,13 +227,7 @@ class Tuner:
     # -- one trial -------------------------------------------------------------------------
 
     def _config(self, params: dict[str, Any]) -> EngineConfig:
-        return EngineConfig(
-            model=self.model,
-            served_name=self.served_name,
-            args=self.engine_args(params),
-            extra_args=tuple(self.spec.engine.extra_args),
-            env=tuple((v.name, v.value) for v in self.spec.engine.env) + self.extra_env,
-        )
+        return engine_config(self.spec, params, self.model, self.served_name, self.extra_env)
 
     @property
     def target_rate(self) -> float:
