@@ -63,6 +63,14 @@ def wilson_interval(
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def requests_to_resolve(percentile: float, confidence_z: float) -> int:
+    """The fewest samples at which a run with every sample within the bound can pass:
+    Wilson's lower bound of n/n is n / (n + z^2), at least p when n >= z^2 p / (1 - p). Fewer
+    samples than this can fail a target, never meet it."""
+    p = percentile / 100
+    return math.ceil(confidence_z**2 * p / (1 - p))
+
+
 class Verdict(StrEnum):
     PASS = "Pass"  # noqa: S105 - a verdict, not a password; the whole interval is at or above the target attainment
     FAIL = "Fail"  # the whole interval is below it

@@ -34,7 +34,17 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from slotune.attainment import Attainment, Verdict, combine
+from slotune.attainment import (
+    CONFIDENCE,
+    SLO_METRICS,
+    Attainment,
+    RequestOutcome,
+    Verdict,
+    combine,
+    tally,
+    wilson_interval,
+)
+from slotune.models import SloSpec
 
 STEP = 2 ** (1 / 6)
 """Rate grid ratio: six steps to a doubling, so one step is 12%."""
@@ -45,6 +55,15 @@ schedules, measured: five fresh engines of vLLM's CPU defaults on five schedules
 capacities over five grid steps, 2.53-4.01 req/s (`bench/results/capacity-repeatability.md`).
 A capacity's interval is its bracket widened by this much on each side, so that it states
 what another start would find, not only this one; with it, every two of the five overlap."""
+
+
+MIN_EFFECTIVE = 7.0
+"""The fewest effective samples a window of at least MIN_EARLY_WINDOW requests can count,
+however its good and bad samples are ordered: batch means over B equal batches give a design
+effect of at most N / (B - 1), so B - 1 = 9 effective samples; batches that differ by a request
+give a little less (at least 7.6 for every window of 20-400 requests with its bad samples first,
+the most clustered order, computed with `attainment.effective_samples`)."""
+MIN_EARLY_WINDOW = 20
 
 
 class ProbeVerdict(StrEnum):
@@ -228,6 +247,59 @@ def stationarity(samples: Sequence[QueueSample], start: float, end: float) -> St
     return Stationarity(True, "steady", rise, kv_rise)
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """A request of a probe's window that is sent and not finished: how long ago it was
+    sent, and when its first token came (None while none has)."""
+
+    age: float
+    ttft: float | None = None
+
+
+def _known_late(name: str, request: InFlight, max_seconds: float) -> bool:
+    """Whether an unfinished request's sample of `name` is already outside the bound: a first
+    token that came late or has not come by the bound, a request older than an e2e bound."""
+    if name == "ttft":
+        return (request.ttft if request.ttft is not None else request.age) > max_seconds
+    if name == "e2e":
+        return request.age > max_seconds
+    return False  # tpot and itl are known only once the request has finished
+
+
+def certain_failure(
+    slo: SloSpec,
+    finished: Sequence[RequestOutcome],
+    in_flight: Sequence[InFlight],
+    unsent: int,
+    confidence: float = CONFIDENCE,
+) -> str:
+    """Why a probe's window fails whatever its unfinished requests do, or "" while it might
+    still pass. Every unfinished or unsent request is taken as within the bound unless it is
+    already known late (`_known_late`); if even that best case is a failure, judged over the
+    fewest effective samples the window's batches can leave (`MIN_EFFECTIVE`, so no ordering
+    of the rest can widen the interval past it), waiting for the rest decides nothing. This is
+    what spares a probe far past a configuration's capacity from draining its backlog: there
+    the queue makes most of the window late long before it finishes."""
+    if len(finished) + len(in_flight) + unsent < MIN_EARLY_WINDOW:
+        return ""
+    for name, target in slo.targets().items():
+        if SLO_METRICS[name].unit != "request":
+            continue
+        good, total = tally(name, finished, target.max_seconds)
+        late = sum(_known_late(name, r, target.max_seconds) for r in in_flight)
+        best = good + len(in_flight) - late + unsent
+        total += len(in_flight) + unsent
+        n = MIN_EFFECTIVE
+        high = wilson_interval(best * n / total, n, confidence)[1]
+        if high < target.percentile / 100:
+            return (
+                f"stopped early: {late} unfinished requests already past the {name} bound, so at "
+                f"best {best} of {total} within it (under {high:.1%} at {n:g} effective "
+                f"samples, {target.percentile:g}% needed)"
+            )
+    return ""
+
+
 def probe_decision(
     attainments: Mapping[str, Attainment], steady: Stationarity, can_extend: bool
 ) -> ProbeVerdict | None:
@@ -241,13 +313,6 @@ def probe_decision(
     if verdict == Verdict.PASS:
         return ProbeVerdict.PASS
     return None if can_extend else ProbeVerdict.UNRESOLVED
-
-
-def requests_to_resolve(percentile: float, confidence_z: float) -> int:
-    """The fewest samples at which a probe with every sample within the bound can pass:
-    Wilson's lower bound of n/n is n / (n + z^2), at least p when n >= z^2 p / (1 - p)."""
-    p = percentile / 100
-    return math.ceil(confidence_z**2 * p / (1 - p))
 
 
 # --- common random numbers ------------------------------------------------------------------
@@ -338,6 +403,10 @@ class Probe(Record):
     tpot_p95: float | None = None
     output_tps: float = 0.0
     steady: str = ""
+    stopped_early: str = Field(
+        default="",
+        description="Why the probe stopped before its window finished: its failure was certain.",
+    )
 
 
 class Ceiling(Record):

@@ -409,8 +409,9 @@ def format_summary(summary: Summary) -> str:
 # --- the I/O shell ---------------------------------------------------------------------------
 
 
-class _StreamTally:
-    """Timing and token counts of one streamed response, chunk by chunk."""
+class StreamTally:
+    """Timing and token counts of one streamed response, chunk by chunk. `sent` is on the
+    sender's clock; `ttft` is None until the first token has come."""
 
     def __init__(self, sent: float, prompt_tokens: int) -> None:
         self.sent = sent
@@ -452,9 +453,7 @@ def _chunk_tokens(chunk: Mapping[str, Any]) -> tuple[int, bool]:
     return 0, bool(choices[0].get("text"))
 
 
-async def _stream(
-    response: aiohttp.ClientResponse, tally: _StreamTally, clock: Clock
-) -> str | None:
+async def _stream(response: aiohttp.ClientResponse, tally: StreamTally, clock: Clock) -> str | None:
     """Reads the SSE stream into `tally`; returns an error text, or None."""
     if response.status != 200:
         return f"HTTP {response.status}: {(await response.text())[:200]}"
@@ -483,14 +482,20 @@ async def _send(
     clock: Clock,
     start: float,
     scheduled_at: float,
+    in_flight: dict[int, StreamTally] | None = None,
 ) -> RequestResult:
     sent = clock()
-    tally = _StreamTally(sent, plan.prompt_tokens)
+    tally = StreamTally(sent, plan.prompt_tokens)
+    if in_flight is not None:
+        in_flight[plan.index] = tally
     try:
         async with session.post(url, json=request_body(model, plan)) as response:
             error = await _stream(response, tally, clock)
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:300] if str(exc) else type(exc).__name__
+    finally:
+        if in_flight is not None:
+            in_flight.pop(plan.index, None)
     end = clock()
     if error is None and tally.ttft is None:
         error = "no tokens received"
@@ -547,8 +552,17 @@ async def _closed_loop(
 
 
 @contextlib.asynccontextmanager
-async def sender(url: str, model: str, *, timeout_s: float, clock: Clock) -> AsyncIterator[Send]:
-    """A session to one engine and the coroutine that sends one planned request over it."""
+async def sender(
+    url: str,
+    model: str,
+    *,
+    timeout_s: float,
+    clock: Clock,
+    in_flight: dict[int, StreamTally] | None = None,
+) -> AsyncIterator[Send]:
+    """A session to one engine and the coroutine that sends one planned request over it.
+    With `in_flight`, every request sent and not yet finished is in it by its plan's index
+    (what a caller watches to judge requests before they finish)."""
     target = completions_url(url)
     connector = aiohttp.TCPConnector(limit=0)  # a pool limit would hide queueing from the lag
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -558,7 +572,14 @@ async def sender(url: str, model: str, *, timeout_s: float, clock: Clock) -> Asy
 
         async def send(plan: PlannedRequest, start: float, scheduled_at: float) -> RequestResult:
             return await _send(
-                session, target, model, plan, clock=clock, start=start, scheduled_at=scheduled_at
+                session,
+                target,
+                model,
+                plan,
+                clock=clock,
+                start=start,
+                scheduled_at=scheduled_at,
+                in_flight=in_flight,
             )
 
         yield send

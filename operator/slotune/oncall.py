@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from slotune.attainment import CONFIDENCE
+from slotune.attainment import CONFIDENCE, SLO_METRICS, requests_to_resolve, z_value
 from slotune.metrics import (
     METRICS,
     THROTTLING,
@@ -54,6 +54,7 @@ from slotune.models import (
     LLMDeploymentSpec,
     LLMDeploymentStatus,
     SloStatus,
+    SloTarget,
     SloTargetStatus,
     seconds,
 )
@@ -391,7 +392,7 @@ def _slo(
         ],
         violating_since=since,
     )
-    return slo, _slo_row(reading, verdicts, met)
+    return slo, _slo_row(reading, verdicts, met, targets)
 
 
 def _kept_slo(
@@ -429,7 +430,10 @@ def _estimate(reading: TargetReading | None, percentile: float) -> float | None:
 
 
 def _slo_row(
-    reading: LiveReading, verdicts: Mapping[str, HistogramVerdict], met: bool | None
+    reading: LiveReading,
+    verdicts: Mapping[str, HistogramVerdict],
+    met: bool | None,
+    targets: Mapping[str, SloTarget],
 ) -> ConditionRow:
     if not reading.scraped:
         return (
@@ -454,6 +458,9 @@ def _slo_row(
             "NoTraffic",
             f"no requests to {reading.model} {window}: the SLO is not judged without traffic",
         )
+    short = _window_too_short(reading, verdicts, targets)
+    if short:
+        return (ConditionType.SLO_MET, "Unknown", "WindowTooShort", short)
     open_ = "; ".join(f"{n}: {v.reason}" for n, v in verdicts.items() if v.met is None)
     undecidable = any(not v.resolvable for v in verdicts.values() if v.met is None)
     return (
@@ -462,6 +469,36 @@ def _slo_row(
         "Undecidable" if undecidable else "NotMeasured",
         f"{open_} ({window})",
     )
+
+
+def _window_too_short(
+    reading: LiveReading, verdicts: Mapping[str, HistogramVerdict], targets: Mapping[str, SloTarget]
+) -> str:
+    """Why an open per-request target can never be met at the current traffic, if so: a window
+    holding fewer requests than the attainment interval needs to clear the target percentile
+    even when every request is within the bound. More of the same traffic does not help there,
+    a longer window does. Empty when some target can still be met."""
+    rate = reading.request_rate or 0.0
+    if rate <= 0:
+        return ""
+    expected = rate * seconds(reading.window)
+    z = z_value(CONFIDENCE)
+    short: dict[str, int] = {}
+    for name, verdict in verdicts.items():
+        needed = requests_to_resolve(targets[name].percentile, z)
+        if verdict.met is None and SLO_METRICS[name].unit == "request" and expected < needed:
+            short[name] = needed
+    if not short:
+        return ""
+    text = "; ".join(
+        f"{name}: p{targets[name].percentile:g} needs at least {needed} requests in the window "
+        f"to be met, and at {rate:.3g} requests/s the last {reading.window} holds about "
+        f"{expected:.0f}"
+        for name, needed in short.items()
+    )
+    # A margin over the bare count: the window's count varies with the arrivals.
+    window = math.ceil(1.2 * max(short.values()) / rate)
+    return f"{text}: set spec.slo.window to {window}s or more (a violation shows at any window)"
 
 
 def _figures(verdicts: Mapping[str, HistogramVerdict]) -> str:

@@ -17,6 +17,7 @@ from slotune.attainment import (
     effective_samples,
     judge,
     judge_requests,
+    requests_to_resolve,
     tally,
     wilson_interval,
     z_value,
@@ -32,7 +33,6 @@ from slotune.capacity import (
     next_probe,
     overlaps,
     probe_decision,
-    requests_to_resolve,
     scaled_arrivals,
     stationarity,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -558,3 +559,21 @@ def test_the_status_it_writes_is_valid_for_the_crd() -> None:
     assert wire["slo"]["violatingSince"] == "2026-11-30T12:00:00Z"
     assert wire["gpu"]["throttleReasons"] == ["sw_thermal"]
     assert wire["gpu"]["clockEventReasons"] == ["gpu_idle", "sw_thermal"]
+
+
+def test_a_window_too_short_for_the_traffic_says_how_long_it_must_be() -> None:
+    # 1.5 requests/s over 30 s is 45 requests: even all within the bound, the interval's lower
+    # end stays under 95% (73 requests are needed), so more of the same traffic never meets it.
+    spec = make_spec(slo={"ttft": {"percentile": 95, "maxSeconds": 2.0}, "window": "30s"})
+    short = replace(reading(ttft=[0.3] * 45, tpot=None, rate=1.5), window="30s")
+    status, reason, message = row(decide(spec, short), "SLOMet")
+    assert (status, reason) == ("Unknown", "WindowTooShort")
+    assert "needs at least 73 requests" in message
+    assert "holds about 45" in message
+    assert "spec.slo.window to 59s or more" in message  # 1.2 * 73 / 1.5 = 58.4
+    # A violation is decided at the same traffic: the window is long enough for that.
+    slow = replace(reading(ttft=[3.0] * 45, tpot=None, rate=1.5), window="30s")
+    assert row(decide(spec, slow), "SLOMet")[:2] == ("False", "Violated")
+    # The same traffic over the longer window meets it.
+    long = replace(reading(ttft=[0.3] * 90, tpot=None, rate=1.5), window="60s")
+    assert row(decide(spec, long), "SLOMet")[:2] == ("True", "Met")

@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slotune import attainment, capacity, loadgen
@@ -204,7 +204,8 @@ class CapacityMeasure:
             probes.append(probe)
             self.log(
                 f"probe {settings.rate(k):.3g} req/s: {probe.verdict} "
-                f"({probe.requests} requests, {probe.seconds:.0f}s)"
+                f"({probe.requests} requests, {probe.seconds:.0f}s"
+                f"{', stopped once certain' if probe.stopped_early else ''})"
             )
         result = capacity.capacity_of(settings, probes)
         return measurement_of(self.slo, result, ceiling, engine.reset_available)
@@ -229,7 +230,7 @@ class CapacityMeasure:
             for name, t in self.slo.targets().items()
             if attainment.SLO_METRICS[name].unit == "request"
         ]
-        needed = capacity.requests_to_resolve(max(per_request), z) + 4 if per_request else 8
+        needed = attainment.requests_to_resolve(max(per_request), z) + 4 if per_request else 8
         return max(math.ceil(rate * duration), needed)
 
     async def probe(
@@ -251,7 +252,7 @@ class CapacityMeasure:
         )
         arrivals = capacity.scaled_arrivals(seed, rate, segments)
         began = time.perf_counter()
-        results, verdict, extended, steady = await _run_probe(
+        results, verdict, extended, steady, stopped = await _run_probe(
             base_url,
             self.served_name,
             self.slo,
@@ -276,6 +277,7 @@ class CapacityMeasure:
             steady=steady,
             elapsed=elapsed,
             confidence=self.probes.confidence,
+            stopped_early=stopped,
         )
         lifetimes = [r.e2e for r in results if r.ok]
         if lifetimes:
@@ -294,6 +296,68 @@ class ProbeRun:
     lifetime: float
 
 
+@dataclass
+class _Sent:
+    """A probe's requests as they go: the tasks sent so far (in schedule order) and, by plan
+    index, the streams still in flight."""
+
+    plans: Sequence[loadgen.PlannedRequest]
+    arrivals: Sequence[float]
+    start: float
+    clock: Callable[[], float]
+    tasks: list[asyncio.Task[loadgen.RequestResult]] = field(default_factory=list)
+    in_flight: dict[int, loadgen.StreamTally] = field(default_factory=dict)
+
+    def finished(self, first: int, end: int, sending: asyncio.Task[None]) -> bool:
+        """Whether every request of [first, end) was sent (or sending stopped) and finished."""
+        sent = len(self.tasks) >= end or sending.done()
+        return sent and all(t.done() for t in self.tasks[first:end])
+
+    def certain_failure(self, slo: SloSpec, first: int, end: int, confidence: float) -> str:
+        """`capacity.certain_failure` of the window [first, end) as it stands."""
+        judged = self.tasks[first:end]
+        finished = [t.result() for t in judged if t.done()]
+        now = self.clock()
+        running = [
+            capacity.InFlight(now - tally.sent, tally.ttft)
+            for plan in self.plans[first : first + len(judged)]
+            if (tally := self.in_flight.get(plan.index)) is not None
+        ]
+        open_ = (end - first) - len(finished) - len(running)  # not sent, or not started yet
+        return capacity.certain_failure(slo, finished, running, open_, confidence)
+
+    def results(self, first: int, end: int) -> list[loadgen.RequestResult]:
+        """The window's results so far: a request not finished is recorded as unfinished."""
+        judged = self.tasks[first:end]
+        return [
+            t.result() if t.done() else self._unfinished(plan, at)
+            for t, plan, at in zip(
+                judged, self.plans[first:end], self.arrivals[first:end], strict=False
+            )
+        ]
+
+    def _unfinished(self, plan: loadgen.PlannedRequest, at: float) -> loadgen.RequestResult:
+        """A request the probe stopped waiting for: outside the bound for every target, with
+        what had streamed by then."""
+        now = self.clock()
+        tally = self.in_flight.get(plan.index)
+        sent = tally.sent if tally is not None else now
+        return loadgen.RequestResult(
+            index=plan.index,
+            scheduled_at=at,
+            sent_at=sent - self.start,
+            e2e=now - sent,
+            ttft=tally.ttft if tally is not None else None,
+            itls=list(tally.itls) if tally is not None else [],
+            prompt_tokens=plan.prompt_tokens,
+            output_tokens=tally.output_tokens if tally is not None else 0,
+            error=UNFINISHED,
+        )
+
+
+UNFINISHED = "unfinished: the probe stopped once its failure was certain"
+
+
 async def _run_probe(
     base_url: str,
     model: str,
@@ -306,31 +370,34 @@ async def _run_probe(
     window: int,
     max_extensions: int,
     settings: ProbeSettings,
-) -> tuple[list[loadgen.RequestResult], ProbeVerdict, int, capacity.Stationarity]:
+) -> tuple[list[loadgen.RequestResult], ProbeVerdict, int, capacity.Stationarity, str]:
     """Sends the schedule open-loop until the judged window's verdict is in; returns the
-    window's results, the verdict, how often it was extended, and the steadiness check."""
+    window's results, the verdict, how often it was extended, the steadiness check, and why
+    the probe stopped early ("" if it did not). A window whose failure is certain before its
+    requests have finished (`capacity.certain_failure`) stops there: its unfinished requests
+    are recorded as such, and count against the attainment as any unfinished request does."""
     clock = time.perf_counter
-    tasks: list[asyncio.Task[loadgen.RequestResult]] = []
     samples: list[QueueSample] = []
     stop = asyncio.Event()
+    in_flight: dict[int, loadgen.StreamTally] = {}
     async with loadgen.sender(
-        base_url, model, timeout_s=settings.request_timeout_s, clock=clock
+        base_url, model, timeout_s=settings.request_timeout_s, clock=clock, in_flight=in_flight
     ) as send:
-        start = clock()
+        sent = _Sent(plans, arrivals, clock(), clock, in_flight=in_flight)
 
         async def send_all() -> None:
             for plan, at in zip(plans, arrivals, strict=True):
-                delay = start + at - clock()
+                delay = sent.start + at - clock()
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)
                 if stop.is_set():
                     return
-                tasks.append(asyncio.create_task(send(plan, start, at)))
+                sent.tasks.append(asyncio.create_task(send(plan, sent.start, at)))
 
         async def sample_all() -> None:
             while not stop.is_set():
-                found = await asyncio.to_thread(engine.sample, clock() - start)
+                found = await asyncio.to_thread(engine.sample, clock() - sent.start)
                 if found is not None:
                     samples.append(found)
                 with contextlib.suppress(TimeoutError):
@@ -342,27 +409,29 @@ async def _run_probe(
         extended = 0
         try:
             while True:
-                while len(tasks) < end and not sending.done():
-                    await asyncio.sleep(0.05)
-                judged = tasks[first:end]
-                if judged:
-                    await asyncio.wait(judged)
-                results = [t.result() for t in judged]
-                steady = capacity.stationarity(samples, arrivals[first], arrivals[end - 1])
+                stopped = ""
+                while not stopped and not sent.finished(first, end, sending):
+                    await asyncio.sleep(0.25)
+                    stopped = sent.certain_failure(slo, first, end, settings.confidence)
+                results = sent.results(first, end)
+                last = arrivals[first + max(len(results), 1) - 1]
+                steady = capacity.stationarity(samples, arrivals[first], last)
+                if stopped:
+                    return results, ProbeVerdict.FAIL, extended, steady, stopped
                 verdict = capacity.probe_decision(
                     attainment.judge_requests(slo, results, settings.confidence),
                     steady,
                     can_extend=extended < max_extensions and end + window <= len(plans),
                 )
                 if verdict is not None:
-                    return results, verdict, extended, steady
+                    return results, verdict, extended, steady, ""
                 extended += 1
                 end += window
         finally:
             stop.set()
-            for task in tasks:
+            for task in sent.tasks:
                 task.cancel()
-            await asyncio.gather(sending, sampling, *tasks, return_exceptions=True)
+            await asyncio.gather(sending, sampling, *sent.tasks, return_exceptions=True)
 
 
 def probe_record(
@@ -376,6 +445,7 @@ def probe_record(
     steady: capacity.Stationarity,
     elapsed: float,
     confidence: float = attainment.CONFIDENCE,
+    stopped_early: str = "",
 ) -> Probe:
     """A probe reduced to what the record keeps."""
     ok = [r for r in results if r.ok]
@@ -413,6 +483,7 @@ def probe_record(
         tpot_p95=_finite(percentile(tpots, 95)) if tpots else None,
         output_tps=round(sum(r.output_tokens for r in ok) / busy, 2) if busy > 0 else 0.0,
         steady=steady.reason,
+        stopped_early=stopped_early,
     )
 
 
@@ -584,7 +655,10 @@ def compact(measurement: Measurement) -> str:
     if len(text.encode()) <= TERMINATION_MESSAGE_BYTES or measurement.capacity is None:
         return text
     result = measurement.capacity
-    slim = [p.model_copy(update={"targets": {}, "steady": ""}) for p in result.probes]
+    slim = [
+        p.model_copy(update={"targets": {}, "steady": "", "stopped_early": ""})
+        for p in result.probes
+    ]
     while True:
         trimmed = measurement.model_copy(
             update={"capacity": result.model_copy(update={"probes": slim})}

@@ -1,0 +1,199 @@
+"""A probe far past a configuration's capacity stops once its failure is certain: the rule
+(`capacity.certain_failure`), its soundness against every way the unfinished requests could
+still end, and a probe against a scripted server that serves one request at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from slotune.attainment import Verdict, combine, judge_requests
+from slotune.capacity import InFlight, ProbeVerdict, certain_failure
+from slotune.models import LLMDeploymentSpec, SloSpec
+from slotune.tuner.measure import UNFINISHED, CapacityMeasure, ProbeSettings
+
+TTFT_2S = SloSpec.model_validate({"ttft": {"percentile": 95, "maxSeconds": 2.0}})
+
+
+@dataclass
+class Result:
+    ttft: float | None
+    e2e: float
+    itls: list[float] = field(default_factory=list)
+    output_tokens: int = 5
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ttft is None:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+def good() -> Result:
+    return Result(ttft=0.5, e2e=1.0)
+
+
+def late() -> Result:
+    return Result(ttft=3.0, e2e=4.0)
+
+
+def test_a_backlog_of_late_requests_is_a_certain_failure() -> None:
+    # 30 finished within the bound, 70 queued for longer than the TTFT bound: at best 30%.
+    reason = certain_failure(TTFT_2S, [good()] * 30, [InFlight(age=2.5)] * 70, unsent=0)
+    assert "stopped early: 70 unfinished requests already past the ttft bound" in reason
+    assert "at best 30 of 100" in reason
+
+
+def test_requests_that_may_still_be_in_time_are_given_the_benefit_of_the_doubt() -> None:
+    # The same queue, but not yet past the bound: every one could still get its first token.
+    assert certain_failure(TTFT_2S, [good()] * 30, [InFlight(age=1.5)] * 70, unsent=0) == ""
+    # Unsent requests count as within the bound too.
+    assert certain_failure(TTFT_2S, [late()] * 10, [], unsent=90) == ""
+    # A first token that came in time is in time whatever the request's age.
+    in_time = [InFlight(age=9.0, ttft=0.4)] * 70
+    assert certain_failure(TTFT_2S, [good()] * 30, in_time, unsent=0) == ""
+
+
+def test_only_targets_an_unfinished_request_can_already_miss_stop_a_probe() -> None:
+    # TPOT is known only at the end of a request: no backlog decides it early.
+    tpot = SloSpec.model_validate({"tpot": {"percentile": 95, "maxSeconds": 0.05}})
+    assert certain_failure(tpot, [], [InFlight(age=60.0)] * 100, unsent=0) == ""
+    e2e = SloSpec.model_validate({"e2e": {"percentile": 90, "maxSeconds": 10.0}})
+    assert "e2e bound" in certain_failure(e2e, [], [InFlight(age=11.0)] * 100, unsent=0)
+
+
+def test_a_small_window_is_never_stopped_early() -> None:
+    assert certain_failure(TTFT_2S, [late()] * 19, [], unsent=0) == ""
+
+
+def test_a_certain_failure_is_a_failure_however_the_rest_ends() -> None:
+    """Soundness: wherever the rule stops a window, every way of finishing it (the unfinished
+    requests in time or late, in any order) is judged Fail by the full rule."""
+    rng = random.Random(3)  # noqa: S311 - reproducible cases, not secrets
+    stopped = 0
+    for _ in range(400):
+        size = rng.randint(20, 200)
+        finished_count = rng.randint(0, size)
+        finished: list[Any] = [good() if rng.random() < rng.random() else late()
+                               for _ in range(finished_count)]  # fmt: skip
+        running = rng.randint(0, size - finished_count)
+        unsent = size - finished_count - running
+        flights = [InFlight(age=rng.uniform(0, 4)) for _ in range(running)]
+        if not certain_failure(TTFT_2S, finished, flights, unsent):
+            continue
+        stopped += 1
+        for ending in range(20):
+            # A known-late request ends late; the rest end in time, late, or in runs.
+            rest: list[Any] = [late() if f.age > 2.0 or rng.random() < ending / 20 else good()
+                               for f in flights]  # fmt: skip
+            rest += [good() if rng.random() < 0.9 else late() for _ in range(unsent)]
+            order = finished + rest
+            if ending % 2:
+                order.sort(key=lambda r: r.ttft)  # the most clustered order
+            else:
+                rng.shuffle(order)
+            verdict = combine([a.verdict for a in judge_requests(TTFT_2S, order).values()])
+            assert verdict == Verdict.FAIL
+    assert stopped > 50  # the rule did stop many of the windows it was shown
+
+
+# --- a probe against a server that serves one request at a time ---------------------------------
+
+SERVICE_SECONDS = 0.05
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def one_at_a_time_app() -> web.Application:
+    """Each request holds the whole server for SERVICE_SECONDS, then streams two tokens:
+    20 requests/s at most, so a higher rate queues without bound."""
+    lock = asyncio.Lock()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            async with lock:
+                await asyncio.sleep(SERVICE_SECONDS)
+                for ids in ([1], [2]):
+                    choice = {"index": 0, "text": "x", "token_ids": ids}
+                    await response.write(_sse({"choices": [choice]}))
+            await response.write(b"data: [DONE]\n\n")
+        except ConnectionResetError:  # the probe hung up: it stopped waiting for this one
+            pass
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app, handler_cancellation=True)  # a hung-up request is dropped
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    site = web.SockSite(runner, sock)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        await runner.cleanup()
+
+
+def probe_at(rate: float) -> Any:
+    spec = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny"},
+            "slo": {"ttft": {"percentile": 90, "maxSeconds": 0.5}},
+            "tuning": {"workload": {"source": "Synthetic", "promptTokens": {"mean": 8},
+                                    "outputTokens": {"mean": 2}, "requestRate": rate}},
+        }
+    )  # fmt: skip
+    settings = ProbeSettings(floor_s=2.0, warmup_floor_s=1.0, max_extensions=0)
+    measure = CapacityMeasure(spec, "tiny", probes=settings)
+
+    async def go() -> Any:
+        async with serving(one_at_a_time_app()) as url:
+            engine = measure.engine(url)
+            return await measure.probe(url, engine, k=0, rate=rate, seed=1, lifetime=0.05)
+
+    return asyncio.run(go())
+
+
+def test_a_probe_far_past_capacity_stops_without_draining_its_backlog() -> None:
+    # 60 requests/s against 20 served: the queue grows by 40 a second, and every request
+    # that waits 0.5 s is known to miss the TTFT bound (p90 of 0.5 s) before it has finished.
+    run = probe_at(60.0)
+    probe = run.probe
+    assert probe.verdict == ProbeVerdict.FAIL
+    assert probe.stopped_early.startswith("stopped early:")
+    unfinished = [r for r in run.results if r.error == UNFINISHED]
+    assert unfinished, "the probe waited for every request"
+    assert probe.failed == len(unfinished)  # they count against the attainment
+    assert probe.requests <= run.window
+
+
+def test_a_probe_within_capacity_runs_to_its_end() -> None:
+    run = probe_at(10.0)
+    assert run.probe.verdict == ProbeVerdict.PASS
+    assert run.probe.stopped_early == ""
+    assert all(r.error is None for r in run.results)
+    assert len(run.results) == run.window
