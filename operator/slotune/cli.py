@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from slotune import crdgen, models, render
+from slotune.engine import vllm
 from slotune.spec import parse_spec, validation_problems
 
 DEFAULT_CRD_DIR = Path("crds")
@@ -63,6 +64,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(problem, file=sys.stderr)
         failed = failed or bool(problems)
+        for deployment in deployments:
+            note = vllm.flag_table_note(deployment.spec.engine.image)
+            if note:
+                print(f"{path}: {deployment.metadata.name}: warning: {note}", file=sys.stderr)
         if not problems:
             print(f"{path}: {len(deployments)} LLMDeployment(s) valid")
     return 1 if failed else 0

@@ -146,3 +146,15 @@ def test_a_name_the_children_cannot_take_is_refused(name: str) -> None:
     assert models.LLMDeployment.model_validate({**body, "metadata": {"name": "llama-3-1-8b"}})
     root = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert root["x-kubernetes-validations"] == [models.OBJECT_NAME_RULE]
+
+
+def test_the_cli_validator_warns_of_an_image_without_a_flag_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = yaml.safe_load(SAMPLES[0].read_text())
+    doc["spec"]["engine"]["image"] = "vllm/vllm-openai:latest"
+    path = tmp_path / "latest.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert cli.main(["validate", str(path)]) == 0  # a warning, not an error
+    err = capsys.readouterr().err
+    assert "warning: the flags were checked against vLLM 0.32.0's parser" in err

@@ -176,3 +176,38 @@ def test_the_gpu_build_on_a_pod_without_a_gpu_is_refused_unless_a_cpu_engine_is_
     assert vllm.check_resources([], 0, gpu_image, "CPU_ATTN") == []
     assert vllm.check_resources([], 0, "example.com/vllm-cpu:v0.32.0", "FLASH_ATTN") == []
     assert vllm.check_resources([], 1, gpu_image, "FLASH_ATTN") == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--long-prefill-token-threshold"], "--long-prefill-token-threshold takes a value"),
+        (["--seed", "--pipeline-parallel-size", "1"], "--seed takes a value, but"),
+        (["--enforce-eager", "true"], "is a switch and takes no value, but is given 'true'"),
+        (["--enforce-eager=false"], "to turn it off write --no-enforce-eager"),
+        (["--max-num-queued-reqs", "64", "128"], "'128' is a value with no flag before it"),
+    ],
+)
+def test_values_are_counted_as_vllms_parser_counts_them(extra: list[str], fragment: str) -> None:
+    problems = vllm.check_extra_args(extra)
+    assert fragment in messages(problems)
+    assert len(problems) == 1, problems  # one mistake, one problem
+
+
+def test_the_flag_table_knows_how_many_values_each_flag_takes() -> None:
+    arity = vllm.flag_arity()
+    assert arity["--enforce-eager"] == "0"
+    assert arity["--max-num-seqs"] == "1"
+    assert arity["--api-key"] == "+"
+    # Several values where the parser takes several: not a stray value.
+    assert vllm.check_extra_args(["--api-key", "a", "b"]) == []
+
+
+def test_an_image_without_a_flag_table_is_named_and_checked_against_the_pinned_one() -> None:
+    assert vllm.flag_table_note("vllm/vllm-openai:v0.32.0") == ""
+    note = vllm.flag_table_note("vllm/vllm-openai:v0.33.0")
+    assert "checked against vLLM 0.32.0's parser" in note
+    assert "no flag table for vLLM 0.33.0" in note
+    assert "no flag table for vLLM of 'vllm/vllm-openai:latest'" in vllm.flag_table_note(
+        "vllm/vllm-openai:latest"
+    )

@@ -167,14 +167,21 @@ class Violation:
 
 
 @cache
-def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
-    """Every option string vLLM's `serve` parser accepts, dumped from the real parser."""
+def flag_arity(version: str = PINNED_VERSION) -> Mapping[str, str]:
+    """Every option string vLLM's `serve` parser accepts, with the number of values it takes
+    as argparse counts them ("0", "1", "?", "*", "+"), dumped from the real parser."""
     table = resources.files("slotune.engine").joinpath("vllm_flags", f"{version}.txt")
-    return frozenset(
-        line.strip()
-        for line in table.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    )
+    arity = {}
+    for line in table.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            option, counted = line.split()
+            arity[option] = counted
+    return arity
+
+
+def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
+    """Every option string vLLM's `serve` parser accepts."""
+    return frozenset(flag_arity(version))
 
 
 def supported_versions() -> list[str]:
@@ -189,6 +196,22 @@ def version_of_image(image: str) -> str:
     if match and match.group(1) in supported_versions():
         return match.group(1)
     return PINNED_VERSION
+
+
+def flag_table_note(image: str) -> str:
+    """What an image's flags were checked against, when it is not the image's own version:
+    an image whose tag names no version with a table (a newer release, `:latest`) is checked
+    against the pinned table, which may lack its new flags or still list removed ones."""
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
+    if match and match.group(1) in supported_versions():
+        return ""
+    version = match.group(1) if match else f"of {image!r}"
+    return (
+        f"the flags were checked against vLLM {PINNED_VERSION}'s parser: slotune has no flag "
+        f"table for vLLM {version} (it has {', '.join(supported_versions())}); pin an image "
+        "tag with one of those versions for an exact check"
+    )
 
 
 def _tuned_by_spelling() -> dict[str, TunedFlag]:
@@ -239,14 +262,7 @@ def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> li
                     f"value; write {extra_args[index]!r}",
                 )
             )
-    if extra_args and _is_value(extra_args[0]):
-        problems.append(
-            Violation(
-                "spec.engine.extraArgs[0]",
-                f"{extra_args[0]!r} is a value with no flag before it; "
-                "the model is set by spec.model.name",
-            )
-        )
+    problems += _check_values(extra_args, version)
     for index, option in extra_flags(extra_args):
         where = f"spec.engine.extraArgs[{index}]"
         if option in tuned:
@@ -288,6 +304,67 @@ def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> li
                         "'unrecognized arguments'); check the name against `vllm serve --help`",
                     )
                 )
+    return problems
+
+
+def _takes(arity: str) -> tuple[int, int | None]:
+    """The fewest and most values (None: no limit) an argparse arity allows."""
+    return {"0": (0, 0), "?": (0, 1), "*": (0, None), "+": (1, None)}.get(arity, (1, 1))
+
+
+def _check_values(extra_args: list[str], version: str) -> list[Violation]:
+    """Each flag's values counted as vLLM's parser counts them: a switch given a value, a flag
+    missing its value, a value no flag takes. Unknown flags are reported elsewhere and take
+    whatever follows them here."""
+    arity = flag_arity(version)
+    problems = []
+    index = 0
+    while index < len(extra_args):
+        token = extra_args[index]
+        where = f"spec.engine.extraArgs[{index}]"
+        if _is_value(token):
+            owner = "; the model is set by spec.model.name" if index == 0 else ""
+            problems.append(Violation(where, f"{token!r} is a value with no flag before it{owner}"))
+            index += 1
+            continue
+        option, equals, _ = token.partition("=")
+        option = _normalise(option)
+        counted = arity.get(option.split(".", 1)[0], "*" if not _is_opt_level(option) else "?")
+        if _is_opt_level(option) and len(option) > 2:
+            counted = "0"  # -O3: the level is part of the token
+        least, most = _takes(counted)
+        room = None if most is None else max(0, most - bool(equals))
+        rest = extra_args[index + 1 :]
+        values = 0  # the values that follow the flag as separate tokens
+        while (room is None or values < room) and values < len(rest) and _is_value(rest[values]):
+            values += 1
+        following = rest[0] if rest else None
+        given = values + bool(equals)
+        if most == 0 and (equals or (following is not None and _is_value(following))):
+            stray = token.partition("=")[2] if equals else following
+            switch = (
+                f"; to turn it off write --no-{option.removeprefix('--')}"
+                if f"--no-{option.removeprefix('--')}" in arity
+                else ""
+            )
+            problems.append(
+                Violation(
+                    where,
+                    f"{option} is a switch and takes no value, but is given {stray!r} (vLLM "
+                    f"exits with 'unrecognized arguments'): write {option} alone{switch}",
+                )
+            )
+            values = 1 if not equals else 0  # the stray value is reported here, not again
+        elif given < least:
+            after = f", but {following!r} follows it" if following is not None else ""
+            problems.append(
+                Violation(
+                    where,
+                    f"{option} takes a value{after} (vLLM exits with 'expected one argument'): "
+                    f"write {option} VALUE",
+                )
+            )
+        index += 1 + values
     return problems
 
 
