@@ -1,0 +1,69 @@
+"""The import contracts in pyproject.toml hold on the code and break when a layer is crossed:
+each case copies the package, adds one import that crosses a line, and runs import-linter on
+the copy with the project's own contracts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(tmp_path: Path, module: str = "", line: str = "") -> tuple[int, str]:
+    """lint-imports over a copy of the package, `line` appended to `module` (a path under
+    operator/slotune, created if new)."""
+    shutil.copytree(ROOT / "operator" / "slotune", tmp_path / "operator" / "slotune")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    if module:
+        target = tmp_path / "operator" / "slotune" / module
+        with target.open("a") as handle:
+            handle.write(f"\n{line}  # noqa\n")
+    run = subprocess.run(
+        [str(LINT_IMPORTS), "pyproject.toml", "--no-cache"],
+        cwd=tmp_path,
+        # A wide terminal, so that each contract's name and verdict share a line.
+        env={"PYTHONPATH": str(tmp_path / "operator"), "PATH": "/usr/bin:/bin", "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_the_contracts_hold_on_the_code(tmp_path: Path) -> None:
+    code, out = lint(tmp_path)
+    assert code == 0, out
+    assert "0 broken" in out
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        # The pure core reaching up into the cluster side.
+        ("render.py", "from slotune import tuning", "The layers"),
+        # The API models depending on anything of ours.
+        ("models.py", "from slotune import stats", "The layers"),
+        # A module that did not exist when the contracts were written, importing Kopf.
+        ("newcomer.py", "import kopf", "Only slotune.handlers imports kopf"),
+        # A pure module starting a process.
+        ("capacity.py", "import subprocess", "The pure core neither"),
+        # The Kubernetes client outside slotune.kube.
+        ("reconcile.py", "import kubernetes", "Only slotune.kube imports the kubernetes"),
+    ],
+)
+def test_a_crossed_line_breaks_its_contract(
+    tmp_path: Path, module: str, line: str, broken: str
+) -> None:
+    code, out = lint(tmp_path, module, line)
+    assert code != 0, out
+    # "<contract name> KEPT|BROKEN", maybe followed by "(n ignored imports)".
+    verdicts = {m[1]: m[2] for m in re.finditer(r"^(.+?) (KEPT|BROKEN)(?: \(.*\))?$", out, re.M)}
+    assert [n for n, v in verdicts.items() if v == "BROKEN" and n.startswith(broken)], out
