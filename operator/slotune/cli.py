@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from slotune import crdgen, models, render
 from slotune.engine import vllm
+from slotune.settings import SettingsError
 from slotune.spec import parse_spec, validation_problems
 
 DEFAULT_CRD_DIR = Path("crds")
@@ -96,11 +97,15 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_operator(args: argparse.Namespace) -> int:
     from slotune import handlers  # noqa: PLC0415 - Kopf is loaded only to run the operator
 
-    handlers.run(
-        namespaces=args.namespace or [],
-        kubeconfig=args.kubeconfig,
-        liveness_endpoint=args.liveness,
-    )
+    try:
+        handlers.run(
+            namespaces=args.namespace or [],
+            kubeconfig=args.kubeconfig,
+            liveness_endpoint=args.liveness,
+        )
+    except SettingsError as error:
+        print(f"slotune operator: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -32,13 +32,11 @@ import kopf
 from slotune import models, opmetrics, render, tuning
 from slotune.kube import Kube, KubeError, Ref, in_cluster_server, load_api_client
 from slotune.reconcile import Monitor, Outcome, reconcile
+from slotune.settings import OperatorSettings
 from slotune.watch import PrometheusMonitor
 
-# How often every LLMDeployment is reconciled even when nothing changed.
-RESYNC_SECONDS = float(os.environ.get("SLOTUNE_RESYNC_SECONDS", "30"))
 # Steps a study may take in one handler call before it waits for the next trigger.
 MAX_STEPS = 8
-WORKERS = int(os.environ.get("SLOTUNE_WORKERS", "16"))
 Clock = Callable[[], datetime]
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -50,8 +48,20 @@ _state: dict[str, Any] = {
     "kubeconfig": None,
     "monitor": None,
     "namespaces": [],
-    "settings": tuning.Settings.from_env(),
+    "settings": OperatorSettings(),
 }
+
+
+def _settings() -> OperatorSettings:
+    settings: OperatorSettings = _state["settings"]
+    return settings
+
+
+def _trial_settings() -> tuning.Settings:
+    settings = _settings()
+    return tuning.Settings(
+        load_image=settings.load_image, startup_seconds=settings.trial_startup_seconds
+    )
 
 
 def _kube(memo: Any) -> Kube:
@@ -72,9 +82,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **
     settings.watching.server_timeout = 120
     # Handlers are synchronous and mostly wait on the API server or Prometheus: enough threads
     # that a slow object never delays another's deletion or a study's next step.
-    settings.execution.max_workers = WORKERS
+    settings.execution.max_workers = _settings().workers
     _kube(memo)
-    port = opmetrics.configured_port()
+    port = _settings().metrics_port
     if port is not None:
         opmetrics.serve(port)
         logger.info("Serving the operator's metrics on port %d", port)
@@ -110,7 +120,7 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
                     failed = False
                     return outcome
                 now = _state["clock"]().replace(microsecond=0)
-                outcome = reconcile(fresh, kube, now, monitor=monitor, settings=_state["settings"])
+                outcome = reconcile(fresh, kube, now, monitor=monitor, settings=_trial_settings())
                 failed = False
             except KubeError as exc:
                 raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=10) from exc
@@ -171,14 +181,14 @@ async def stop_resync(memo: Any, **_: Any) -> None:
 
 
 async def _resync_forever(memo: Any) -> None:
-    """Every RESYNC_SECONDS, each LLMDeployment is reconciled once more (refreshing status and
+    """Every resync period, each LLMDeployment is reconciled once more (refreshing status and
     repairing what the watches missed), in a pool of its own; an object whose last pass is
     still running (a study step that launches a trial, say) is left to finish it."""
     loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="resync")
+    pool = ThreadPoolExecutor(max_workers=_settings().workers, thread_name_prefix="resync")
     running: set[tuple[str, str]] = set()
     while True:
-        await asyncio.sleep(RESYNC_SECONDS)
+        await asyncio.sleep(_settings().resync_seconds)
         try:
             listed = await loop.run_in_executor(pool, _listed, memo)
         except KubeError as exc:
@@ -259,10 +269,14 @@ def run(
     liveness_endpoint: str | None = None,
     clock: Clock | None = None,
 ) -> None:
-    """Runs the operator until it is stopped (SIGINT/SIGTERM)."""
+    """Runs the operator until it is stopped (SIGINT/SIGTERM). Its settings come from the
+    environment (`slotune.settings`); one it cannot use raises SettingsError before anything
+    starts."""
+    settings = OperatorSettings.from_env()
+    _state["settings"] = settings
     _state["kubeconfig"] = kubeconfig
     _state["namespaces"] = list(namespaces)
-    _state["monitor"] = PrometheusMonitor()
+    _state["monitor"] = PrometheusMonitor(default_url=settings.prometheus_url)
     if clock is not None:
         _state["clock"] = clock
     if kubeconfig is not None:

@@ -26,12 +26,12 @@ The rules an on-call engineer can rely on:
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from slotune import settings
 from slotune.attainment import CONFIDENCE, SLO_METRICS, requests_to_resolve, z_value
 from slotune.metrics import (
     METRICS,
@@ -61,7 +61,7 @@ from slotune.models import (
 from slotune.slo import HistogramVerdict, combine, histogram_quantile, judge_histogram
 from slotune.status import ConditionRow
 
-PROMETHEUS_URL_ENV = "SLOTUNE_PROMETHEUS_URL"
+PROMETHEUS_URL_ENV = settings.PROMETHEUS_URL
 DEFAULT_WINDOW = "5m"  # the GPU-only reading of a spec without an SLO
 PEAK_CLOCK_WINDOW = "1h"  # the maximum SM clock when the exporter does not export it
 # Labels that tell GPUs apart across nodes, and name the pod holding each.
@@ -69,13 +69,10 @@ GPU_KEY: tuple[str, ...] = ("gpu", "UUID", "Hostname", "hostname", "exported_pod
 _MESSAGE_LIMIT = 600
 
 
-def prometheus_url(spec: LLMDeploymentSpec, environ: Mapping[str, str] | None = None) -> str | None:
+def prometheus_url(spec: LLMDeploymentSpec, default: str | None) -> str | None:
     """Where this LLMDeployment's metrics are read: `spec.monitoring.prometheusURL`, else the
-    operator-wide default `$SLOTUNE_PROMETHEUS_URL`; None when neither is set."""
-    if spec.monitoring.prometheus_url:
-        return spec.monitoring.prometheus_url
-    env = os.environ if environ is None else environ
-    return env.get(PROMETHEUS_URL_ENV, "").strip() or None
+    operator-wide default (`$SLOTUNE_PROMETHEUS_URL`); None when neither is set."""
+    return spec.monitoring.prometheus_url or default
 
 
 # --- readings -------------------------------------------------------------------------------

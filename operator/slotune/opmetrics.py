@@ -18,7 +18,6 @@ here touches the process-wide default registry. Its help texts say what each ser
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,7 +43,6 @@ from slotune.models import (
     TuningState,
 )
 
-METRICS_PORT_ENV = "SLOTUNE_METRICS_PORT"
 PREFIX = "slotune_llmdeployment_"
 
 # Reconciles are API round trips: tens of milliseconds when nothing changed, seconds when the
@@ -332,20 +330,6 @@ def _version() -> str:
         return metadata.version("slotune")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def configured_port(environ: Mapping[str, str] = os.environ) -> int | None:
-    """The port `SLOTUNE_METRICS_PORT` asks for; None (do not serve) when unset or empty.
-
-    The chart sets it (default 8080); a local `slotune operator` binds nothing unless asked,
-    so two of them on one machine do not fight over a port.
-    """
-    raw = environ.get(METRICS_PORT_ENV, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ValueError(f"{METRICS_PORT_ENV}={raw} is not a TCP port (1-65535)")
-    return int(raw)
 
 
 # The operator process's metrics. Tests make their own OperatorMetrics.

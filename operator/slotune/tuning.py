@@ -20,7 +20,6 @@ study unless a winner is promoted.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,19 +45,11 @@ TERMINAL = {TuningState.COMPLETED, TuningState.RECOMMENDED, TuningState.ROLLED_B
 
 @dataclass(frozen=True)
 class Settings:
-    """Operator-wide settings for trials (environment of the operator's pod)."""
+    """Operator-wide settings for trials (`slotune.settings` reads them from the operator's
+    environment)."""
 
     load_image: str = "slotune/operator:latest"  # the chart sets its own image
     startup_seconds: float = 960.0  # a trial engine not ready by then has failed
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        return cls(
-            load_image=os.environ.get("SLOTUNE_IMAGE", cls.load_image),
-            startup_seconds=float(
-                os.environ.get("SLOTUNE_TRIAL_STARTUP_SECONDS", cls.startup_seconds)
-            ),
-        )
 
 
 @dataclass(frozen=True)

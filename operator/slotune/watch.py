@@ -32,7 +32,10 @@ class _Cached:
 class PrometheusMonitor:
     """The `reconcile.Monitor` the operator runs with."""
 
-    def __init__(self, cache_seconds: float = CACHE_SECONDS) -> None:
+    def __init__(
+        self, default_url: str | None = None, cache_seconds: float = CACHE_SECONDS
+    ) -> None:
+        self.default_url = default_url  # for LLMDeployments that name no Prometheus
         self.cache_seconds = cache_seconds
         self._sources: dict[str, PrometheusSource] = {}
         self._cache: dict[tuple[str, str, str], _Cached] = {}
@@ -77,7 +80,7 @@ class PrometheusMonitor:
         served: str,
         now: datetime,
     ) -> Watch | None:
-        url = oncall.prometheus_url(spec)
+        url = oncall.prometheus_url(spec, self.default_url)
         tuning = previous.tuning
         # A canary's GPUs count too: a trial measured on a throttled GPU is not trusted.
         trial_pods = (

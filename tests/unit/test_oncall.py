@@ -27,6 +27,7 @@ from slotune.oncall import (
     gpu_query,
     prometheus_url,
 )
+from slotune.settings import OperatorSettings
 from slotune.slo import DEFAULT_BUCKETS
 from slotune.status import merge_condition, transitions
 
@@ -169,11 +170,12 @@ def decide(
 
 def test_prometheus_url_comes_from_the_spec_else_the_operator_default() -> None:
     own = make_spec(monitoring={"prometheusURL": "http://mine:9090"})
-    shared = {PROMETHEUS_URL_ENV: "http://shared:9090"}
+    shared = OperatorSettings.from_env({PROMETHEUS_URL_ENV: "http://shared:9090"}).prometheus_url
     assert prometheus_url(own, shared) == "http://mine:9090"
     assert prometheus_url(SPEC, shared) == "http://shared:9090"
-    assert prometheus_url(SPEC, {}) is None
-    assert prometheus_url(SPEC, {PROMETHEUS_URL_ENV: "  "}) is None
+    assert prometheus_url(SPEC, OperatorSettings.from_env({}).prometheus_url) is None
+    blank = OperatorSettings.from_env({PROMETHEUS_URL_ENV: "  "}).prometheus_url
+    assert prometheus_url(SPEC, blank) is None
 
 
 def test_without_prometheus_nothing_is_measured_and_nothing_held() -> None:

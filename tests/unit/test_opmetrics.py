@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slotune import models
-from slotune.opmetrics import OperatorMetrics, configured_port
+from slotune.opmetrics import OperatorMetrics
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SPEC = models.LLMDeploymentSpec.model_validate(
@@ -257,17 +257,3 @@ def test_serve_exposes_the_registry_over_http() -> None:
         server.shutdown()
         server.server_close()
     assert 'slotune_llmdeployment_slo_met{name="chat",namespace="prod"} 0.0' in body
-
-
-@pytest.mark.parametrize(
-    ("environ", "port"),
-    [({}, None), ({"SLOTUNE_METRICS_PORT": ""}, None), ({"SLOTUNE_METRICS_PORT": "9102"}, 9102)],
-)
-def test_configured_port(environ: dict[str, str], port: int | None) -> None:
-    assert configured_port(environ) == port
-
-
-@pytest.mark.parametrize("raw", ["0", "70000", "metrics"])
-def test_configured_port_rejects_what_is_no_port(raw: str) -> None:
-    with pytest.raises(ValueError, match="SLOTUNE_METRICS_PORT"):
-        configured_port({"SLOTUNE_METRICS_PORT": raw})

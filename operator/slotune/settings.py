@@ -1,0 +1,95 @@
+"""The operator's own settings: every environment variable of slotune's, read in one place,
+once, when the operator starts.
+
+The chart sets them on the operator's pod (`values.yaml`, `extraEnv`); a local `slotune
+operator` reads the shell's. A value that cannot be used stops the operator at start-up with
+an error naming the variable and what it takes, rather than later in some handler. (The
+Kubernetes client's own in-cluster variables, `KUBERNETES_SERVICE_*`, are the client's, read
+by `slotune.kube`.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+RESYNC_SECONDS = "SLOTUNE_RESYNC_SECONDS"
+WORKERS = "SLOTUNE_WORKERS"
+PROMETHEUS_URL = "SLOTUNE_PROMETHEUS_URL"
+METRICS_PORT = "SLOTUNE_METRICS_PORT"
+IMAGE = "SLOTUNE_IMAGE"
+TRIAL_STARTUP_SECONDS = "SLOTUNE_TRIAL_STARTUP_SECONDS"
+
+
+class SettingsError(ValueError):
+    """An environment variable of the operator's holds something it cannot use."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the operator's environment sets, with the defaults of a bare `slotune operator`."""
+
+    resync_seconds: float = 30.0
+    """How often every LLMDeployment is reconciled even when nothing changed."""
+    workers: int = 16
+    """Handler threads (and the resync's pool): enough that a slow object delays no other."""
+    prometheus_url: str | None = None
+    """The Prometheus of LLMDeployments that name none in spec.monitoring."""
+    metrics_port: int | None = None
+    """Where the operator serves its own metrics; None: nowhere (the chart sets 8080)."""
+    load_image: str = "slotune/operator:latest"
+    """The image of the trial load Jobs (the chart sets the operator's own)."""
+    trial_startup_seconds: float = 960.0
+    """A trial engine not ready by then has failed."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
+        env = os.environ if environ is None else environ
+        defaults = cls()
+        return cls(
+            resync_seconds=_read(env, RESYNC_SECONDS, defaults.resync_seconds, _positive),
+            workers=_read(env, WORKERS, defaults.workers, _workers),
+            prometheus_url=env.get(PROMETHEUS_URL, "").strip() or None,
+            metrics_port=_read(env, METRICS_PORT, defaults.metrics_port, _port),
+            load_image=env.get(IMAGE, "").strip() or defaults.load_image,
+            trial_startup_seconds=_read(
+                env, TRIAL_STARTUP_SECONDS, defaults.trial_startup_seconds, _positive
+            ),
+        )
+
+
+def _read(env: Mapping[str, str], name: str, default: T, parse: Callable[[str], T]) -> T:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse(raw)
+    except ValueError as error:
+        raise SettingsError(f"{name}={raw!r}: {error}") from None
+
+
+def _positive(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise ValueError("must be a number of seconds above 0")
+    return value
+
+
+def _workers(raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError("must be a whole number of threads, at least 1")
+    return int(raw)
+
+
+def _port(raw: str) -> int | None:
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ValueError("is not a TCP port (1-65535)")
+    return int(raw)
