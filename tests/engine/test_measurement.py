@@ -51,7 +51,7 @@ from slotune.metrics import (
 )
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalEngine, LocalRuntime
+from slotune.runtime.local import LocalEngine, LocalRuntime, cpu_dtype
 from slotune.slo import (
     custom_histogram_buckets,
     evaluate_samples,
@@ -94,9 +94,11 @@ BURST = Workload(
 )
 """All at once, 6 KV blocks each when done: 96 blocks wanted of the small engine's 48."""
 
-SMALL_KV_BYTES = 48 * 128 * 2048
-"""48 blocks of 128 tokens at 2 KiB a token (4 layers x K,V x 4 heads x 32 dims x fp16): room
-for six full-length requests, so a Poisson run rarely preempts and the burst must."""
+KV_BYTES_PER_TOKEN = 4 * 2 * 4 * 32 * (2 if cpu_dtype() == "bfloat16" else 4)
+"""4 layers x K,V x 4 heads x 32 dims, at the model's dtype on this CPU (`cpu_dtype`)."""
+SMALL_KV_BYTES = 48 * 128 * KV_BYTES_PER_TOKEN
+"""48 blocks of 128 tokens: room for six full-length requests, so a Poisson run rarely
+preempts and the burst must."""
 
 REACHES_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 """The distances from a bucket bound at which `Error.explains` counts the requests that the

@@ -1,30 +1,33 @@
-"""The whole loop in a cluster: the operator tunes an LLMDeployment whose pods run the real
-vLLM CPU engine, measured by its load Jobs and watched through the real Prometheus.
+"""The whole loop in a cluster: the operator tunes an LLMDeployment whose pods run the real vLLM
+CPU engine, measured by its load Jobs and watched through the real Prometheus.
 
-Real parts: upstream kube-apiserver, etcd and kube-controller-manager (its ReplicaSet, Job
-and garbage-collector controllers), the operator installed by `helm install` of the chart
-(its pod a container of the operator image under podman and runc, with the release's
-ServiceAccount token and RBAC), the load Jobs as containers of the same image, the vLLM CPU
-engine, the load generator, Prometheus. The test kubelet (support.kubelet) is the node this
-environment lacks: it runs the image's pods as real containers, and the vLLM pods (there is no
-vLLM image here) as local processes of their own command and arguments, and reports the pods'
-status through the API. Prometheus discovers the pods from the
-file the kubelet writes, as kubernetes_sd would from the API.
+Real parts: upstream kube-apiserver, etcd and kube-controller-manager (its ReplicaSet, Job and
+garbage-collector controllers), the operator installed by `helm install` of the chart (its pod
+a container of the operator image under podman and runc, with the release's ServiceAccount
+token and RBAC), the load Jobs as containers of the same image, the vLLM CPU engine, the load
+generator, Prometheus. The test kubelet (support.kubelet) is the node this environment lacks:
+it runs the image's pods as real containers, and the vLLM pods (there is no vLLM image here) as
+local processes of their own command and arguments, and reports the pods' status through the
+API. Prometheus discovers the pods from the file the kubelet writes, as kubernetes_sd would
+from the API.
 
-The workload is the README example's shape (2048-token prompts, 32 output tokens), with TTFT
-p95 <= 2 s, at a rate set from this machine's speed: 0.4 of the prefill ceiling of vLLM's CPU
-defaults (128 sequences, 2048 batched tokens), measured before the tests on a real engine
-beside the control plane. Each trial measures capacity, so a study must carry that rate with
-10% headroom: 0.44 of the ceiling. Measured here: a trial's own ceiling is 0.93 of that one
-(the serving pod and Prometheus run beside it), and the defaults pass at 0.59-0.64 of the
-trial's ceiling (TTFT p95 0.86-0.98 s) and fail at 0.66-0.72 (the queue grows): 2-3 grid
-steps above the target, as far as one engine start's capacity lands from another's. The
-deployment starts on a configuration that serves one request at a time (`maxNumSeqs: 1`),
-which carries less than a quarter of the ceiling (a request holds the whole engine; it failed
-at 0.26), so its queue grows without bound at 0.4. So the live SLO misses before tuning and
-holds after it, and a trial's verdict on either is away from its boundary on a slow machine as
-on a fast one. A fixed rate is not: at 6.5 requests/s (7.15 to carry) the defaults have room
-on a machine whose ceiling is 15 requests/s and none on one whose ceiling is 11.
+The workload is a chat of 512-token prompts and 32 output tokens, with TTFT p95 <= 2 s, at a
+rate set from this machine's speed: 0.4 of the prefill ceiling of vLLM's CPU defaults (128
+sequences, 2048 batched tokens), measured before the tests on a real engine beside the control
+plane. (The README example's 2048-token prompts are too slow a unit on a CPU without native
+bf16: an AMD Zen 3 prefilled 1.1 of them a second in float32, which puts a 73-request probe
+window at two and a half minutes; 512-token prompts went at 10.6 a second.) Each trial measures
+capacity, so a study must carry that rate with 10% headroom: 0.44 of the ceiling. Measured with
+2048-token prompts: a trial's own ceiling is 0.93 of that one (the serving pod and Prometheus
+run beside it), and the defaults pass at 0.59-0.64 of the trial's ceiling (TTFT p95 0.86-0.98
+s) and fail at 0.66-0.72 (the queue grows): 2-3 grid steps above the target, as far as one
+engine start's capacity lands from another's. The deployment starts on a configuration that
+serves one request at a time (`maxNumSeqs: 1`), which carries less than a quarter of the
+ceiling (a request holds the whole engine; it failed at 0.26), so its queue grows without bound
+at 0.4. So the live SLO misses before tuning and holds after it, and a trial's verdict on
+either is away from its boundary on a slow machine as on a fast one. A fixed rate is not: at
+6.5 requests/s (7.15 to carry) the defaults have room on a machine whose ceiling is 15
+requests/s and none on one whose ceiling is 11.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from slotune import loadgen
 from slotune.models import EngineArgs, WorkloadSpec
 from slotune.render import LOAD_CONTAINER
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalRuntime
+from slotune.runtime.local import LocalRuntime, cpu_dtype
 from slotune.tuner.measure import measure_ceiling
 from slotune.tuner.records import loads
 from support.cluster import RESYNC_SECONDS, Cluster, OperatorPod, OperatorProcess, wait_for
@@ -70,10 +73,12 @@ request within the bound needs (Wilson's lower end of 73/73 is 95%), so a window
 within the bound is judged met. A fixed 30 s left the window at most 74 requests on CI's slow
 machine (the defaults carried 2.71 requests/s, so the rate was at most 2.46), where one slow
 request keeps the SLO from being met, and SLOMet=True never came."""
+PROMPT_TOKENS = 512
+OUTPUT_TOKENS = 32
 SHAPE = {
     "source": "Synthetic",
-    "promptTokens": {"mean": 2048, "spread": 0.1},
-    "outputTokens": {"mean": 32},
+    "promptTokens": {"mean": PROMPT_TOKENS, "spread": 0.1},
+    "outputTokens": {"mean": OUTPUT_TOKENS},
     "duration": "10s",
 }
 SERVING = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
@@ -110,7 +115,7 @@ def tiny(name: str, *, tuning: dict[str, Any], replicas: int = 1, **spec: Any) -
                 "image": "vllm/vllm-openai:v0.32.0",
                 "attentionBackend": "CPU_ATTN",
                 "args": {"maxModelLen": 4096, **SERVING},
-                "extraArgs": ["--skip-tokenizer-init"],
+                "extraArgs": ["--skip-tokenizer-init", "--dtype", cpu_dtype()],
                 "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
             },
             "resources": {"gpus": 0},
@@ -290,9 +295,9 @@ class Traffic:
             num_requests=round(rate * seconds),
             seed=seed,
             rate=rate,
-            prompt_tokens=2048,
+            prompt_tokens=PROMPT_TOKENS,
             prompt_spread=0.1,
-            output_tokens=32,
+            output_tokens=OUTPUT_TOKENS,
         )
         self.results: list[loadgen.RequestResult] = []
         self.thread = threading.Thread(

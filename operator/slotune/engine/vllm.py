@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -242,6 +242,11 @@ def extra_flags(extra_args: list[str]) -> list[tuple[int, str]]:
             continue
         found.append((index, _normalise(token.split("=", 1)[0])))
     return found
+
+
+def extra_flags_named(extra_args: Sequence[str]) -> set[str]:
+    """The option names a pass-through argument list sets, in their dashed form."""
+    return {option for _, option in extra_flags(list(extra_args))}
 
 
 def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> list[Violation]:

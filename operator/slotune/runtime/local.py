@@ -28,6 +28,24 @@ log = logging.getLogger(__name__)
 ENTRYPOINT = ("-m", "vllm.entrypoints.openai.api_server")
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags with which vLLM's CPU build runs bfloat16 matmuls natively (oneDNN)."""
+
+
+def cpu_dtype(cpuinfo: str | None = None) -> str:
+    """The fastest float type for a model with random weights on this CPU: bfloat16 where the
+    CPU computes it natively, float32 elsewhere. Without those flags (an AMD Zen 3, say) oneDNN
+    refuses bf16 matmuls ("Failed to create oneDNN linear, fallback to torch linear"), and the
+    fallback prefilled 763 prompt tokens/s of 2048-token prompts where float32 did 2,284."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "float32"
+    flags = set(cpuinfo.split())
+    return "bfloat16" if any(flag in flags for flag in BF16_FLAGS) else "float32"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -112,8 +130,11 @@ class LocalRuntime:
         )
         if self.dummy_weights:
             # Weights are random and prompts are token ids: the model folder holds only
-            # config.json, and the engine needs no tokenizer.
+            # config.json, and the engine needs no tokenizer. Random weights may as well be
+            # of the CPU's fastest float type.
             args += ["--load-format", "dummy", "--skip-tokenizer-init"]
+            if "--dtype" not in vllm.extra_flags_named(config.extra_args):
+                args += ["--dtype", cpu_dtype()]
         return [str(self.python), *ENTRYPOINT, *args]
 
     def start(self, config: EngineConfig, *, timeout: float) -> LocalEngine:
