@@ -12,7 +12,7 @@ import pytest
 from slotune.engine.startup import FailureKind
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.runtime.local import LocalRuntime
+from slotune.runtime.local import LocalRuntime, cpu_dtype
 from support.engine import TINY_MODEL, vllm_python
 
 pytestmark = pytest.mark.engine
@@ -44,8 +44,9 @@ def test_healthy_start_reports_capacity_and_stops_cleanly(runtime: LocalRuntime)
     engine = runtime.start(config(block_size=128), timeout=START_TIMEOUT)
     try:
         facts = engine.facts
-        # 1 GiB of KV for the tiny model: 4 layers x 2 x 4 heads x 32 dims x 2 bytes per token.
-        assert facts.kv_cache_tokens == (1 << 30) // (4 * 2 * 4 * 32 * 2)
+        # 1 GiB of KV for the tiny model: 4 layers x 2 x 4 heads x 32 dims at its dtype here.
+        dtype_bytes = 2 if cpu_dtype() == "bfloat16" else 4
+        assert facts.kv_cache_tokens == (1 << 30) // (4 * 2 * 4 * 32 * dtype_bytes)
         assert facts.concurrency_request_tokens == 1024
         assert facts.max_concurrency == pytest.approx(facts.kv_cache_tokens / 1024, rel=0.01)
         assert facts.startup_seconds is not None
