@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -37,6 +36,7 @@ from slotune.capacity import (
     stationarity,
 )
 from slotune.models import SloSpec, SloTarget
+from support.outcomes import Result
 
 # --- the interval -------------------------------------------------------------------------------
 
@@ -96,25 +96,6 @@ def test_verdicts_are_given_only_when_the_interval_is_on_one_side() -> None:
 
 
 # --- one definition per SLO metric ----------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    ttft: float | None
-    e2e: float
-    itls: list[float] = field(default_factory=list)
-    output_tokens: int = 5
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def tpot(self) -> float | None:
-        if self.ttft is None:
-            return None
-        return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
 
 def test_failed_requests_count_against_every_metric() -> None:

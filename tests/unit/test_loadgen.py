@@ -3,8 +3,6 @@ import itertools
 import json
 import math
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from slotune.loadgen import (
     run_workload,
     summarize,
 )
+from support.streaming import serving, sse
 
 
 def result(
@@ -273,10 +272,6 @@ TOKEN_GAP = 0.03
 CHUNKS = [[101], [102, 103], [104], [105]]  # 5 tokens in 4 chunks: 3 gaps
 
 
-def _sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
 def streaming_app(received: list[dict[str, Any]]) -> web.Application:
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -288,29 +283,15 @@ def streaming_app(received: list[dict[str, Any]]) -> web.Application:
             if index:
                 await asyncio.sleep(TOKEN_GAP)
             choice = {"index": 0, "text": "x" * len(ids), "token_ids": ids}
-            await response.write(_sse({"choices": [choice]}))
+            await response.write(sse({"choices": [choice]}))
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": 5}
-        await response.write(_sse({"choices": [], "usage": usage}))
+        await response.write(sse({"choices": [], "usage": usage}))
         await response.write(b"data: [DONE]\n\n")
         return response
 
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     return app
-
-
-@asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(runner, sock)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        await runner.cleanup()
 
 
 def run_against(app: web.Application, workload: Workload) -> list[RequestResult]:
@@ -372,8 +353,8 @@ def test_usage_counts_tokens_when_chunks_carry_no_token_ids() -> None:
         response = web.StreamResponse()
         await response.prepare(request)
         for _ in range(3):
-            await response.write(_sse({"choices": [{"index": 0, "text": "ab"}]}))
-        await response.write(_sse({"choices": [], "usage": {"completion_tokens": 6}}))
+            await response.write(sse({"choices": [{"index": 0, "text": "ab"}]}))
+        await response.write(sse({"choices": [], "usage": {"completion_tokens": 6}}))
         await response.write(b"data: [DONE]\n\n")
         return response
 

@@ -5,12 +5,7 @@ still end, and a probe against a scripted server that serves one request at a ti
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -19,27 +14,10 @@ from slotune.attainment import Verdict, combine, judge_requests
 from slotune.capacity import InFlight, ProbeVerdict, certain_failure
 from slotune.models import LLMDeploymentSpec, SloSpec
 from slotune.tuner.measure import UNFINISHED, CapacityMeasure, ProbeSettings
+from support.outcomes import Result
+from support.streaming import serving, sse
 
 TTFT_2S = SloSpec.model_validate({"ttft": {"percentile": 95, "maxSeconds": 2.0}})
-
-
-@dataclass
-class Result:
-    ttft: float | None
-    e2e: float
-    itls: list[float] = field(default_factory=list)
-    output_tokens: int = 5
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def tpot(self) -> float | None:
-        if self.ttft is None:
-            return None
-        return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
 
 def good() -> Result:
@@ -115,10 +93,6 @@ def test_a_certain_failure_is_a_failure_however_the_rest_ends() -> None:
 SERVICE_SECONDS = 0.05
 
 
-def _sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
 def one_at_a_time_app() -> web.Application:
     """Each request holds the whole server for SERVICE_SECONDS, then streams two tokens:
     20 requests/s at most, so a higher rate queues without bound."""
@@ -133,7 +107,7 @@ def one_at_a_time_app() -> web.Application:
                 await asyncio.sleep(SERVICE_SECONDS)
                 for ids in ([1], [2]):
                     choice = {"index": 0, "text": "x", "token_ids": ids}
-                    await response.write(_sse({"choices": [choice]}))
+                    await response.write(sse({"choices": [choice]}))
             await response.write(b"data: [DONE]\n\n")
         except ConnectionResetError:  # the probe hung up: it stopped waiting for this one
             pass
@@ -142,20 +116,6 @@ def one_at_a_time_app() -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     return app
-
-
-@asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, handler_cancellation=True)  # a hung-up request is dropped
-    await runner.setup()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(runner, sock)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        await runner.cleanup()
 
 
 def probe_at(rate: float) -> Any:
@@ -171,7 +131,7 @@ def probe_at(rate: float) -> Any:
     measure = CapacityMeasure(spec, "tiny", probes=settings)
 
     async def go() -> Any:
-        async with serving(one_at_a_time_app()) as url:
+        async with serving(one_at_a_time_app(), handler_cancellation=True) as url:
             engine = measure.engine(url)
             return await measure.probe(url, engine, k=0, rate=rate, seed=1, lifetime=0.05)
 
