@@ -469,6 +469,21 @@ def capacity_of(settings: SearchSettings, probes: Sequence[Probe]) -> Capacity:
     )
 
 
+def attainment_at_upper(found: Capacity) -> float:
+    """How near a configuration came to carrying the first rate it did not pass: the worst
+    target's attainment (good / total) at that probe. It ranks configurations whose capacities
+    tie, as coarse brackets of infeasible ones often do (they end on the same grid rate). 1.0
+    where every probe passed; 0.0 where the record kept no figures for that probe (a compact
+    record)."""
+    if found.upper is None:
+        return 1.0
+    at_upper = [p for p in found.probes if math.isclose(p.rate, found.upper, rel_tol=1e-3)]
+    figures = [t for p in at_upper for t in p.targets.values()]
+    if not figures:
+        return 0.0
+    return min(t.good / t.total if t.total else 0.0 for t in figures)
+
+
 def overlaps(a: Capacity, b: Capacity) -> bool:
     """Whether two capacity intervals share any rate."""
     (a_low, a_high), (b_low, b_high) = a.interval, b.interval

@@ -27,6 +27,7 @@ from slotune.capacity import (
     ProbeVerdict,
     QueueSample,
     SearchSettings,
+    TargetFigures,
     bracket,
     capacity_of,
     next_probe,
@@ -255,6 +256,44 @@ def test_overlapping_intervals() -> None:
     assert capacity.above(cap(2 * w * w, 3), cap(1, 1.2)) == pytest.approx(2 / 1.2)
     assert capacity.above(cap(1, 1.2), cap(2, 3)) is None
     assert capacity.above(cap(5, 6), cap(1, None)) is None
+
+
+def test_equal_capacities_rank_by_how_near_each_came_to_the_next_rate() -> None:
+    # The H200 study's screening: four infeasible configurations passed 11.1 req/s and failed
+    # 17.6; one failed on TTFT alone with half its requests in time, the others lost TPOT
+    # outright. The one that nearly passed is the one worth re-measuring.
+    def failed_at_upper(good: int, total: int) -> Capacity:
+        at_upper = Probe(
+            k=0,
+            rate=17.6,
+            sent_rate=17.6,
+            verdict=ProbeVerdict.FAIL,
+            requests=total,
+            targets={
+                "ttft": TargetFigures(good=good, total=total, low=0, high=1),
+                "tpot": TargetFigures(good=total, total=total, low=0.9, high=1),
+            },
+        )
+        passed = Probe(k=-4, rate=11.1, sent_rate=11.1, verdict=ProbeVerdict.PASS, requests=500)
+        return Capacity(
+            capacity=11.1,
+            upper=17.6,
+            target_rate=17.6,
+            feasible=False,
+            stopped="bracketed",
+            probes=[at_upper, passed],
+        )
+
+    assert capacity.attainment_at_upper(failed_at_upper(274, 528)) == pytest.approx(274 / 528)
+    assert capacity.attainment_at_upper(failed_at_upper(0, 264)) == 0.0
+    # Every probe passed: nothing was missed. A compact record without figures: no claim.
+    unbounded = Capacity(capacity=20, target_rate=17.6, feasible=True, stopped="-")
+    assert capacity.attainment_at_upper(unbounded) == 1.0
+    bare = failed_at_upper(274, 528)
+    slim = bare.model_copy(
+        update={"probes": [p.model_copy(update={"targets": {}}) for p in bare.probes]}
+    )
+    assert capacity.attainment_at_upper(slim) == 0.0
 
 
 def test_a_capacity_describes_its_interval_and_its_bracket() -> None:

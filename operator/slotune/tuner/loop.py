@@ -22,7 +22,14 @@ from typing import Any, Literal
 import optuna
 from pydantic import ValidationError
 
-from slotune.capacity import Capacity, Ceiling, MeasureRequest, overlaps, required_rate
+from slotune.capacity import (
+    Capacity,
+    Ceiling,
+    MeasureRequest,
+    attainment_at_upper,
+    overlaps,
+    required_rate,
+)
 from slotune.engine import vllm
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
@@ -395,13 +402,14 @@ class Tuner:
 
     def _finalists(self) -> list[TrialRecord]:
         """The best feasible configurations; with none feasible, the ones that carry the most
-        (so that the study can say, re-measured, how far the best falls short)."""
+        (so that the study can say, re-measured, how far the best falls short), equal
+        capacities ranked by how near each came to passing the next rate."""
         screened = [r for r in self.records if r.phase == "screen"]
         feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
         if feasible:
             return feasible[: self.options.finalists]
         carried = [r for r in screened if r.measurement is not None and r.measurement.capacity]
-        return sorted(carried, key=lambda r: -_rate(r))[: self.options.finalists]
+        return sorted(carried, key=lambda r: (-_rate(r), -_near_miss(r)))[: self.options.finalists]
 
     def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
         """Re-measures the best feasible configurations on a fresh schedule (a new workload
@@ -490,3 +498,8 @@ def _confirmed(first: TrialRecord, again: TrialRecord) -> Capacity:
 
 def _rate(record: TrialRecord) -> float:
     return record.measurement.capacity_rate if record.measurement else 0.0
+
+
+def _near_miss(record: TrialRecord) -> float:
+    found = record.measurement.capacity if record.measurement else None
+    return attainment_at_upper(found) if found is not None else 0.0
