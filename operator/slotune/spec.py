@@ -20,8 +20,20 @@ def validation_problems(error: ValidationError, prefix: str = "spec") -> list[st
     problems = []
     for item in error.errors():
         path = ".".join(str(part) for part in (prefix, *item["loc"]) if part != "")
-        problems.append(f"{path}: {item['msg']}")
+        message = item["msg"]
+        if _is_kv_cache_dtype(item["loc"]) and isinstance(item.get("input"), str):
+            value = item["input"]
+            message = (
+                f"{value!r} is not a KV-cache dtype of vLLM's; {vllm.kv_cache_dtype_hint(value)}"
+            )
+        problems.append(f"{path}: {message}")
     return problems
+
+
+def _is_kv_cache_dtype(loc: tuple[int | str, ...]) -> bool:
+    """The spec's KV-cache dtype field (engine.args), or an item of its search space."""
+    names = [part for part in loc if isinstance(part, str)]
+    return bool(names) and names[-1] == "kvCacheDtype"
 
 
 def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]]:

@@ -4,6 +4,7 @@ import pytest
 
 from slotune.engine import vllm
 from slotune.models import EngineArgs
+from slotune.spec import parse_spec
 
 
 def messages(problems: list[vllm.Violation]) -> str:
@@ -211,3 +212,28 @@ def test_an_image_without_a_flag_table_is_named_and_checked_against_the_pinned_o
     assert "no flag table for vLLM of 'vllm/vllm-openai:latest'" in vllm.flag_table_note(
         "vllm/vllm-openai:latest"
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "fragment"),
+    [
+        (
+            {"engine": {"args": {"kvCacheDtype": "int4"}}},
+            "int4",
+            "spec.engine.args.kvCacheDtype: 'int4' is not a KV-cache dtype of vLLM's; "
+            "nearest: int4_per_token_head (on TRITON_ATTN)",
+        ),
+        (
+            {"tuning": {"searchSpace": {"kvCacheDtype": ["auto", "FP8"]}}},
+            "FP8",
+            "spec.tuning.searchSpace.kvCacheDtype.1: 'FP8' is not a KV-cache dtype of vLLM's; "
+            "nearest: fp8 (on FLASH_ATTN, FLASHINFER, TRITON_ATTN, CPU_ATTN)",
+        ),
+    ],
+)
+def test_an_unknown_kv_cache_dtype_gets_the_nearest_real_one_and_its_backends(
+    where: dict[str, object], value: str, fragment: str
+) -> None:
+    spec, problems = parse_spec({"model": {"name": "m"}, **where})
+    assert spec is None
+    assert any(p.startswith(fragment) for p in problems), problems

@@ -9,15 +9,16 @@ pinned version; the set of flags its `vllm serve` parser accepts is dumped from 
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, get_args
 
-from slotune.models import AttentionBackend, EngineArgs
+from slotune.models import AttentionBackend, EngineArgs, KvCacheDtype
 
 PINNED_VERSION = "0.32.0"
 DEFAULT_PORT = 8000
@@ -153,6 +154,23 @@ KV_CACHE_DTYPES: dict[str, tuple[str, ...]] = {
     "FLEX_ATTENTION": _BASE_KV_DTYPES,
     "CPU_ATTN": (*_BASE_KV_DTYPES, "fp8", "fp8_e4m3", "fp8_e5m2"),
 }
+
+
+def kv_cache_dtype_hint(value: str) -> str:
+    """For a KV-cache dtype vLLM does not know (`int4`, `fp4`): the nearest ones it does, each
+    with the attention backends that run it, so that the fix names a real value."""
+    known = [str(d) for d in get_args(KvCacheDtype)]
+    lowered = value.strip().lower()
+    near = [d for d in known if lowered and d.startswith(lowered)]
+    near += [d for d in difflib.get_close_matches(lowered, known, n=3, cutoff=0.5) if d not in near]
+    if not near:
+        return "use one of " + ", ".join(known)
+
+    def where(dtype: str) -> str:
+        backends = [b for b, dtypes in KV_CACHE_DTYPES.items() if dtype in dtypes]
+        return f"{dtype} (on {', '.join(backends)})" if backends else f"{dtype} (no backend here)"
+
+    return "nearest: " + "; ".join(where(d) for d in near[:3])
 
 
 @dataclass(frozen=True)
