@@ -13,11 +13,18 @@ from typing import Any
 
 import pytest
 
-from slotune.capacity import MeasureRequest, Probe, ProbeVerdict, capacity_of, next_probe
+from slotune.capacity import (
+    Capacity,
+    MeasureRequest,
+    Probe,
+    ProbeVerdict,
+    capacity_of,
+    next_probe,
+)
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.tuner.loop import Finished, Launch, Tuner, TunerOptions
+from slotune.tuner.loop import Finished, Launch, Tuner, TunerOptions, _confirmed
 from slotune.tuner.measure import default_search
 from slotune.tuner.records import Measurement, MemoryStore, RecordStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU
@@ -164,14 +171,15 @@ def test_with_nothing_feasible_the_study_re_measures_the_best_and_says_how_far_i
     assert outcome.best is not None
     assert outcome.confirmed is not None
     assert outcome.best.number in {r.of_trial for r in finalists}
-    # Its capacity is the lower of its two measurements, and short of the target.
+    # Its capacity is what both measurements allow (the scripted engine repeats itself, so
+    # the fine bracket of the re-measurement refines the coarse one), short of the target.
     again = next(r for r in finalists if r.of_trial == outcome.best.number)
     first, second = outcome.best.measurement, again.measurement
     assert first is not None
     assert second is not None
     assert first.capacity is not None
     assert second.capacity is not None
-    assert outcome.confirmed.capacity == min(first.capacity.capacity, second.capacity.capacity)
+    assert outcome.confirmed.capacity == max(first.capacity.capacity, second.capacity.capacity)
     assert outcome.confirmed.capacity < outcome.target_rate
     # The fine bracket: the re-measurement's probes bisect to the search's precision.
     if outcome.best.label != "vllm-defaults":  # the baseline is bracketed finely anyway
@@ -331,3 +339,31 @@ def test_a_planner_rebuilt_from_records_at_every_step_runs_a_whole_study() -> No
     assert any(r.phase == "finalist" for r in records)
     assert finished.winner is not None
     assert finished.winner.feasible
+
+
+def measured(number: int, capacity: float, upper: float | None, **fields: Any) -> TrialRecord:
+    found = Capacity(capacity=capacity, upper=upper, target_rate=17.6, feasible=False, stopped="-")
+    return TrialRecord(
+        number=number,
+        params={},
+        state=TrialState.MEASURED,
+        measurement=Measurement(capacity=found),
+        **fields,
+    )
+
+
+def test_two_measurements_that_agree_give_the_higher_pass_and_two_that_disagree_the_lower() -> None:
+    # The H200 study's #4: screening bracketed it coarsely ([11.1, 17.6): 11.1 is only a bound),
+    # its re-measurement finely ([15.7, 17.6)). Nothing contradicts 15.7.
+    coarse, fine = measured(4, 11.1, 17.6), measured(7, 15.7, 17.6, phase="finalist", of_trial=4)
+    agreed = _confirmed(coarse, fine)
+    assert (agreed.capacity, agreed.upper) == (15.7, 17.6)
+    assert _confirmed(fine, coarse).capacity == 15.7
+    # One start passed 4.84 where the other failed 3.84: the run-to-run spread, so the lower
+    # one stands, and the interval covers both.
+    high, low = measured(2, 4.84, 5.43), measured(6, 3.42, 3.84, phase="finalist", of_trial=2)
+    disagreed = _confirmed(high, low)
+    assert (disagreed.capacity, disagreed.upper) == (3.42, 5.43)
+    # A measurement that never failed bounds nothing from above.
+    assert _confirmed(measured(1, 8.0, None), measured(5, 6.0, 7.0)).capacity == 6.0
+    assert _confirmed(measured(1, 6.0, None), measured(5, 6.0, 7.0)).upper is None

@@ -118,7 +118,7 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
     target = outcome.target_rate
     workload_rate = deployment.spec.tuning.workload.request_rate or 0.0
     lines.append(
-        f"Target: {target:.3g} req/s ({workload_rate:g} req/s with "
+        f"Target: {target:.3g} req/s (the workload's {workload_rate:g} req/s plus "
         f"{deployment.spec.tuning.headroom:.0%} headroom) within every SLO target."
     )
     ceiling = outcome.ceiling

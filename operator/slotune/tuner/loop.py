@@ -95,7 +95,7 @@ class NextTrial:
 @dataclass(frozen=True)
 class Finished:
     """The study is over: its winner (None when no configuration was confirmed), why, and
-    the winner's confirmed capacity (the lower of its two measurements). When no configuration
+    the winner's confirmed capacity (what both of its measurements allow). When no configuration
     is feasible, `best` is the one that carries the most, and `confirmed` its capacity over
     its two measurements."""
 
@@ -414,9 +414,9 @@ class Tuner:
     def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
         """Re-measures the best feasible configurations on a fresh schedule (a new workload
         seed) and a fresh engine. A finalist is confirmed when it is feasible both times; its
-        confirmed capacity is the lower of the two, its interval spans both. The winner is the
-        best confirmed capacity; among the confirmed whose intervals overlap the best's, the
-        one with the fewest overrides of vLLM's defaults."""
+        confirmed capacity is what both measurements allow (`_confirmed`), its interval spans
+        both. The winner is the best confirmed capacity; among the confirmed whose intervals
+        overlap the best's, the one with the fewest overrides of vLLM's defaults."""
         budget = self.spec.tuning.max_trials
         confirmed: list[tuple[Capacity, TrialRecord]] = []
         shortfall: list[tuple[Capacity, TrialRecord]] = []  # re-measured, still infeasible
@@ -482,8 +482,13 @@ class Tuner:
 
 
 def _confirmed(first: TrialRecord, again: TrialRecord) -> Capacity:
-    """A configuration's capacity over two measurements: the lower capacity, and the higher
-    upper bound, so the interval covers what both saw."""
+    """A configuration's capacity over two measurements. Each bracket says the capacity lies
+    between its last pass and its first non-pass. Where the two agree (each one's pass lies
+    below the other's first non-pass), the capacity is the higher pass: the other's lower pass
+    is only a bound (a coarse bracket of a screening run, say), and nothing measured
+    contradicts the higher. Where they disagree (one passed a rate the other did not: the
+    run-to-run spread), it is the lower. The upper end is the higher of the two, so the
+    interval covers what both saw."""
     a = first.measurement.capacity if first.measurement else None
     b = again.measurement.capacity if again.measurement else None
     if a is None or b is None:
@@ -491,9 +496,11 @@ def _confirmed(first: TrialRecord, again: TrialRecord) -> Capacity:
         if found is None:
             raise ValueError("a feasible record has a measured capacity")
         return found
-    lower = a if a.capacity <= b.capacity else b
+    agree = (b.upper is None or a.capacity < b.upper) and (a.upper is None or b.capacity < a.upper)
+    low, high = sorted((a, b), key=lambda c: c.capacity)
+    chosen = high if agree else low
     upper = None if a.upper is None or b.upper is None else max(a.upper, b.upper)
-    return lower.model_copy(update={"upper": upper, "probes": []})
+    return chosen.model_copy(update={"upper": upper, "probes": []})
 
 
 def _rate(record: TrialRecord) -> float:
