@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         title=f"slotune study: {deployment.metadata.name}",
         summary=summary,
         winner=outcome.winner,
+        best=outcome.best,
     )
     print()
     print(format_table(table_rows(outcome.records, tuner.slo)))

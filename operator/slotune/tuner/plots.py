@@ -68,10 +68,16 @@ def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
 
 
 def plot_latency(
-    records: Sequence[TrialRecord], slo: SloSpec, winner: TrialRecord | None, path: Path
+    records: Sequence[TrialRecord],
+    slo: SloSpec,
+    winner: TrialRecord | None,
+    path: Path,
+    *,
+    best: TrialRecord | None = None,
 ) -> None:
     """Each SLO metric at its target percentile against the offered rate, at every probe, for
-    vLLM's defaults and the winner: the curves whose crossing of the SLO line is the capacity."""
+    vLLM's defaults and the winner (or, with none, the configuration that carried the most):
+    the curves whose crossing of the SLO line is the capacity."""
     targets = list(slo.targets().items())
     fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
     baseline = next(
@@ -80,6 +86,8 @@ def plot_latency(
     shown = [(baseline, "vLLM defaults", "tab:red")]
     if winner is not None and winner is not baseline:
         shown.append((winner, f"winner #{winner.number}", "tab:green"))
+    elif winner is None and best is not None and best is not baseline:
+        shown.append((best, f"best #{best.number} (infeasible)", "tab:orange"))
     ceiling = study_ceiling(list(records))
     for ax, (name, target) in zip(axes[0], targets, strict=True):
         for record, label, color in shown:
@@ -145,8 +153,10 @@ def write_plots(
     slo: SloSpec,
     space: Space,
     winner: TrialRecord | None,
+    *,
+    best: TrialRecord | None = None,
 ) -> None:
     capacity, latency, importance = (out_dir / name for name in PLOTS)
     plot_capacity(records, capacity)
-    plot_latency(records, slo, winner, latency)
+    plot_latency(records, slo, winner, latency, best=best)
     plot_importance(records, space, slo, importance)

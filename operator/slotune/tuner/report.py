@@ -69,13 +69,14 @@ def write_report(
     title: str,
     summary: str,
     winner: TrialRecord | None = None,
+    best: TrialRecord | None = None,
 ) -> Path:
     """Writes trials.txt and report.html, and the PLOTS where matplotlib is installed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if plots_available():
         from slotune.tuner import plots  # noqa: PLC0415 - matplotlib is an extra, slow to load
 
-        plots.write_plots(out_dir, records, slo, space, winner)
+        plots.write_plots(out_dir, records, slo, space, winner, best=best)
         images = "".join(
             f'<img alt="{name}" src="data:image/png;base64,'
             f'{base64.b64encode((out_dir / name).read_bytes()).decode()}">'
