@@ -11,6 +11,7 @@ which reads an engine's own `/metrics` for local runs.
 from __future__ import annotations
 
 import math
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -625,6 +626,28 @@ class MetricsUnavailable(Exception):  # noqa: N818 - a state callers wait out, n
     """A metrics source could not be read; the message says which and why."""
 
 
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
+_NOISE = (
+    (re.compile(r" at 0x[0-9a-fA-F]+"), ""),  # an object's address
+    (re.compile(r"([?&])time=[0-9.e+-]+"), r"\1time=..."),  # the query's evaluation time
+)
+
+
+def stable_error(err: Exception) -> str:
+    """Why a request failed, in words that stay the same from one failed read to the next:
+    no object addresses and no query times. A status condition carries it, and a message
+    that changed on every read would rewrite the object's status on every resync."""
+    if isinstance(err, requests.Timeout):
+        return "timed out"
+    if isinstance(err, requests.ConnectionError):
+        cause = _ERRNO.search(str(err))
+        return f"could not connect ({cause.group(0).strip()})" if cause else "could not connect"
+    text = str(err)
+    for pattern, replacement in _NOISE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 Bucket = tuple[float, float]
 """(upper bound, cumulative count); the last bound is +Inf."""
 
@@ -679,7 +702,9 @@ class PrometheusSource:
         try:
             return call(*args, **kwargs)
         except (requests.RequestException, PrometheusApiClientException, ValueError) as err:
-            raise MetricsUnavailable(f"Prometheus at {self.url} failed {what}: {err}") from err
+            raise MetricsUnavailable(
+                f"Prometheus at {self.url} failed {what}: {stable_error(err)}"
+            ) from err
 
     def check(self) -> None:
         """Raise `MetricsUnavailable` unless a Prometheus query API answers at the URL."""

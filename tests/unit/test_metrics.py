@@ -4,9 +4,11 @@ the last against the real /metrics of vLLM 0.32 (CPU) saved in data/."""
 from __future__ import annotations
 
 import math
+import socket
 from pathlib import Path
 
 import pytest
+import requests
 
 from slotune import metrics
 from slotune.metrics import (
@@ -258,3 +260,30 @@ def test_real_exposition_cache_config_info(real: Exposition) -> None:
     assert info["enable_prefix_caching"] == "True"
     with pytest.raises(metrics.MetricsUnavailable, match="cache_config_info"):
         Exposition.parse("up 1\n").cache_config_info()
+
+
+def test_a_prometheus_that_refuses_connections_gets_the_same_message_every_read() -> None:
+    # A real client against a port nobody listens on. The condition's message must not change
+    # between reads (no object address, no query time), or every resync rewrites the status.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    source = metrics.PrometheusSource(f"http://127.0.0.1:{port}", timeout=2)
+    messages = []
+    for at in (1_700_000_000.5, 1_700_000_042.25):
+        with pytest.raises(metrics.MetricsUnavailable) as raised:
+            source.query("vllm:num_requests_running", at=at)
+        messages.append(str(raised.value))
+    source.close()
+    assert messages[0] == messages[1]
+    assert "could not connect ([Errno 111] Connection refused)" in messages[0]
+    assert "0x" not in messages[0]
+    assert "1700000" not in messages[0]
+
+
+def test_stable_error_drops_addresses_and_query_times_from_other_failures() -> None:
+    text = "bad response for /api/v1/query?query=up&time=1700000000.5 from <Thing at 0x7f3a9c>"
+    assert metrics.stable_error(ValueError(text)) == (
+        "bad response for /api/v1/query?query=up&time=... from <Thing>"
+    )
+    assert metrics.stable_error(requests.ReadTimeout("read timed out at 0x1")) == "timed out"
