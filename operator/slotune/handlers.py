@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import logging
 import os
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -30,7 +31,9 @@ from typing import Any
 import kopf
 
 from slotune import models, opmetrics, render, tuning
-from slotune.kube import Kube, KubeError, Ref, in_cluster_server, load_api_client
+from slotune.backoff import Backoff
+from slotune.kube import Kube, KubeError, RateLimit, Ref, in_cluster_server, load_api_client
+from slotune.leader import LeaderElector, standby_health
 from slotune.reconcile import Monitor, Outcome, reconcile
 from slotune.settings import OperatorSettings
 from slotune.watch import PrometheusMonitor
@@ -42,7 +45,10 @@ KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
 log = logging.getLogger(__name__)
 
+# Per object: a lock so that two triggers never reconcile it at once, and its retry back-off.
+# Both are dropped when the object is deleted.
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_backoff = Backoff()
 _state: dict[str, Any] = {
     "clock": lambda: datetime.now(UTC),
     "kubeconfig": None,
@@ -64,9 +70,19 @@ def _trial_settings() -> tuning.Settings:
     )
 
 
+def _new_kube() -> Kube:
+    """A client for the operator's own calls: a connection for each thread that may call (the
+    handlers' and the resync's, plus a few), under the client-side rate limit."""
+    settings = _settings()
+    return Kube(
+        load_api_client(_state["kubeconfig"], connections=2 * settings.workers + 4),
+        rate_limit=RateLimit(settings.kube_qps, settings.kube_burst),
+    )
+
+
 def _kube(memo: Any) -> Kube:
     if getattr(memo, "kube", None) is None:
-        memo.kube = Kube(load_api_client(_state["kubeconfig"]))
+        memo.kube = _new_kube()
     kube: Kube = memo.kube
     return kube
 
@@ -102,13 +118,28 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return found
 
 
-def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
+class _NotDue(Exception):  # noqa: N818 - a routine retry that came early: not an error
+    """A routine retry of an object still backing off: nothing was done."""
+
+    def __init__(self, remaining: float) -> None:
+        super().__init__(f"backing off for {remaining:.0f}s more")
+        self.remaining = remaining
+
+
+def _run(body: dict[str, Any], memo: Any, logger: KopfLogger, *, routine: bool = False) -> Outcome:
+    """Reconciles one object. A `routine` pass (the resync, a child's event, Kopf's retry of
+    a failed handler) of an object that is backing off after failures raises `_NotDue`
+    instead; Kopf's first call for a create, resume or spec edit is always tried at once."""
     meta = body["metadata"]
     kube = _kube(memo)
     ref = Ref(models.API_VERSION, models.KIND, meta["namespace"], meta["name"])
     monitor: Monitor | None = _state["monitor"]
     outcome = Outcome(status=models.LLMDeploymentStatus())
-    with _locks[(meta["namespace"], meta["name"])]:
+    key = (meta["namespace"], meta["name"])
+    with _locks[key]:
+        remaining = _backoff.remaining(key)
+        if routine and remaining > 0:
+            raise _NotDue(remaining)
         # A study may take several steps in a row (record a trial, clean up, plan the next);
         # each step reads the object afresh, so none computes from a replaced status.
         for _ in range(MAX_STEPS):
@@ -116,21 +147,37 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger) -> Outcome:
             try:
                 fresh = kube.get(ref)
                 if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-                    opmetrics.forget(meta["namespace"], meta["name"])
+                    _forget(key)
                     failed = False
                     return outcome
                 now = _state["clock"]().replace(microsecond=0)
                 outcome = reconcile(fresh, kube, now, monitor=monitor, settings=_trial_settings())
-                failed = False
+                failed = outcome.apply_failure is not None
             except KubeError as exc:
-                raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=10) from exc
+                delay = _backoff.failed(key)
+                raise kopf.TemporaryError(
+                    f"Kubernetes API call failed: {exc}; retrying in {delay:.0f}s", delay=delay
+                ) from exc
             finally:
                 opmetrics.record_reconcile(time.monotonic() - started, error=failed)
             opmetrics.observe(meta["namespace"], meta["name"], outcome.status, outcome.spec)
             _report(fresh, outcome, logger, kube)
+            if outcome.apply_failure is not None:
+                delay = _backoff.failed(key)
+                raise kopf.TemporaryError(
+                    f"{outcome.apply_failure}; retrying in {delay:.0f}s", delay=delay
+                )
+            _backoff.succeeded(key)
             if not outcome.progressed:
                 break
     return outcome
+
+
+def _forget(key: tuple[str, str]) -> None:
+    """Drops what the operator keeps about a deleted object (its metrics and back-off; its lock
+    goes with its DELETED event)."""
+    opmetrics.forget(*key)
+    _backoff.forget(key)
 
 
 def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger, kube: Kube) -> None:
@@ -159,9 +206,15 @@ def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger, kube: Ku
 @kopf.on.resume(models.GROUP, models.VERSION, models.PLURAL)
 @kopf.on.create(models.GROUP, models.VERSION, models.PLURAL)
 @kopf.on.update(models.GROUP, models.VERSION, models.PLURAL)
-def reconcile_llm_deployment(body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any) -> None:
-    """Creates or corrects the children; an unservable spec fails permanently until edited."""
-    outcome = _run(dict(body), memo, logger)
+def reconcile_llm_deployment(
+    body: kopf.Body, memo: Any, logger: KopfLogger, retry: int, **_: Any
+) -> None:
+    """Creates or corrects the children; an unservable spec fails permanently until edited,
+    a failure to apply is retried with back-off."""
+    try:
+        outcome = _run(dict(body), memo, logger, routine=retry > 0)
+    except _NotDue as early:  # the resync retried it meanwhile: wait out its back-off
+        raise kopf.TemporaryError(str(early), delay=early.remaining) from None
     if outcome.invalid is not None:
         raise kopf.PermanentError(f"Invalid spec: {outcome.invalid}")
 
@@ -196,8 +249,8 @@ async def _resync_forever(memo: Any) -> None:
             continue
         for body in listed:
             key = (body["metadata"]["namespace"], body["metadata"]["name"])
-            if key in running:
-                continue
+            if key in running or not _backoff.due(key):
+                continue  # still running its last pass, or backing off after failures
             running.add(key)
             future = loop.run_in_executor(pool, _resync, body, memo)
             future.add_done_callback(functools.partial(_done, running, key))
@@ -219,7 +272,9 @@ def _resync(body: dict[str, Any], memo: Any) -> None:
     meta = body["metadata"]
     logger = logging.LoggerAdapter(log, {"object": f"{meta['namespace']}/{meta['name']}"})
     try:
-        _run(body, memo, logger)
+        _run(body, memo, logger, routine=True)
+    except _NotDue:  # Kopf's retry ran it meanwhile
+        pass
     except kopf.TemporaryError as exc:  # the next pass tries again
         logger.warning("Resync of %s/%s failed: %s", meta["namespace"], meta["name"], exc)
     except Exception:  # one object's bug must not end the resync of every other
@@ -228,10 +283,14 @@ def _resync(body: dict[str, Any], memo: Any) -> None:
 
 @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL)
 def on_llm_deployment_event(event: kopf.RawEvent, **_: Any) -> None:
-    """A deleted LLMDeployment's metrics go with it."""
+    """A deleted LLMDeployment's metrics, back-off and lock go with it."""
     if event.get("type") == "DELETED":
         meta = event["object"]["metadata"]
-        opmetrics.forget(meta["namespace"], meta["name"])
+        key = (meta["namespace"], meta["name"])
+        _forget(key)
+        lock = _locks.get(key)
+        if lock is not None and not lock.locked():
+            _locks.pop(key, None)
 
 
 def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger) -> None:
@@ -240,7 +299,9 @@ def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger) -> None:
     namespace = body.metadata.namespace
     if not owner_name or not namespace:
         return
-    _run({"metadata": {"namespace": namespace, "name": owner_name}}, memo, logger)
+    # Routine: a child's churn (the Deployment's status moving) while its owner backs off
+    # must not retry it early; the resync does once the back-off ends.
+    _run({"metadata": {"namespace": namespace, "name": owner_name}}, memo, logger, routine=True)
 
 
 _CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY}
@@ -258,6 +319,8 @@ def on_child_event(
         return
     try:
         _reconcile_owner(body, memo, logger)
+    except _NotDue:
+        pass
     except kopf.TemporaryError as exc:
         logger.warning("Could not reconcile the owner of %s yet: %s", body.metadata.name, exc)
 
@@ -282,9 +345,43 @@ def run(
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = kubeconfig  # Kopf's own login reads it
     kopf.configure(verbose=False)
-    kopf.run(
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=liveness_endpoint,
-    )
+    elector = _lead(settings, liveness_endpoint)
+    stop = threading.Event()
+    if elector is not None:
+        threading.Thread(
+            target=_hold, args=(elector, stop), name="slotune lease", daemon=True
+        ).start()
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=liveness_endpoint,
+        )
+    finally:
+        stop.set()
+        if elector is not None:
+            elector.release()
+
+
+def _lead(settings: OperatorSettings, liveness_endpoint: str | None) -> LeaderElector | None:
+    """With leader election on, waits until this replica holds the Lease (answering its
+    liveness probe meanwhile: a standby is healthy) and returns its elector."""
+    if settings.leader_lease is None:
+        return None
+    namespace, name = settings.leader_lease
+    identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaderElector(_new_kube(), namespace, name, identity)
+    with standby_health(liveness_endpoint):
+        elector.acquire()
+    return elector
+
+
+def _hold(elector: LeaderElector, stop: threading.Event) -> None:
+    """Renews the Lease; a leader that could not must stop acting before another replica
+    takes over, so the process ends at once (its pod restarts as a standby)."""
+    elector.keep(stop)
+    if not stop.is_set():
+        log.critical("Exiting: this replica is no longer the leader")
+        logging.shutdown()
+        os._exit(1)

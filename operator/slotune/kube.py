@@ -8,7 +8,9 @@ layer imports `kubernetes`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,10 @@ from kubernetes.client.exceptions import ApiException
 from slotune import models
 
 FIELD_MANAGER = "slotune"
+# How long the answer to "does the server serve this API?" is reused: an API that appears
+# (the Prometheus Operator installed) is noticed within a minute, at one discovery request
+# a minute rather than one per reconcile.
+DISCOVERY_SECONDS = 60.0
 
 # kind → (plural, namespaced)
 PLURALS: dict[str, str] = {
@@ -29,6 +35,7 @@ PLURALS: dict[str, str] = {
     "Pod": "pods",
     "ConfigMap": "configmaps",
     "Job": "jobs",
+    "Lease": "leases",
     models.KIND: models.PLURAL,
 }
 
@@ -117,11 +124,55 @@ def load_api_client(kubeconfig: str | None = None, *, connections: int = 32) -> 
     return ApiClient(configuration)
 
 
+class RateLimit:
+    """A client-side token bucket: on average `qps` requests a second, up to `burst` at once.
+    A caller over the limit waits for its token, so that a storm of reconciles (500 objects
+    edited at once, a bulk delete) reaches the API server at a rate it accepts instead of as
+    429s. Thread-safe; `clock` and `sleep` are there for tests."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"a rate limit needs qps > 0 and burst >= 1, not {qps} and {burst}")
+        self.qps, self.burst = qps, burst
+        self._clock, self._sleep = clock, sleep
+        self._tokens = float(burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Takes one token, waiting for it if need be; returns the seconds waited."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+            self._at = now
+            self._tokens -= 1  # reserved now: later callers queue behind this one
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+
 class Kube:
     """Typed access to the few API operations the operator needs."""
 
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        rate_limit: RateLimit | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._api = api
+        self._rate_limit = rate_limit
+        self._clock = clock
+        self._discovered: dict[tuple[str, str], tuple[float, bool]] = {}
 
     def _call(
         self,
@@ -133,6 +184,8 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
     ) -> Any:
         headers = {"Accept": "application/json"}
+        if self._rate_limit is not None:
+            self._rate_limit.acquire()
         if content_type is not None:
             headers["Content-Type"] = content_type
         request = self._api.param_serialize(
@@ -174,6 +227,21 @@ class Kube:
             body=json.dumps(obj, ensure_ascii=False).encode(),
             content_type="application/apply-patch+yaml",
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+        return result
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Creates the object; a KubeError with status 409 when it exists."""
+        result: dict[str, Any] = self._call(
+            "POST", Ref.of(obj).collection(), body=obj, content_type="application/json"
+        )
+        return result
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replaces the object (PUT). With `metadata.resourceVersion` set, the server refuses
+        (409) when someone changed it since that version was read."""
+        result: dict[str, Any] = self._call(
+            "PUT", Ref.of(obj).path(), body=obj, content_type="application/json"
         )
         return result
 
@@ -260,11 +328,18 @@ class Kube:
         )
 
     def has_api(self, group_version: str, plural: str) -> bool:
-        """Whether the server serves a resource (e.g. the Prometheus Operator's CRDs)."""
+        """Whether the server serves a resource (e.g. the Prometheus Operator's CRDs), as
+        discovered at most `DISCOVERY_SECONDS` ago."""
+        key = (group_version, plural)
+        cached = self._discovered.get(key)
+        if cached is not None and self._clock() - cached[0] < DISCOVERY_SECONDS:
+            return cached[1]
         try:
             listing = self._call("GET", f"/apis/{group_version}")
         except KubeError as exc:
-            if exc.not_found:
-                return False
-            raise
-        return any(r.get("name") == plural for r in (listing or {}).get("resources", []))
+            if not exc.not_found:
+                raise
+            listing = None
+        served = any(r.get("name") == plural for r in (listing or {}).get("resources", []))
+        self._discovered[key] = (self._clock(), served)
+        return served

@@ -45,6 +45,7 @@ from slotune.metrics import (
     dcgm_selector,
     decode_clock_event_reasons,
     request_throughput,
+    stable_error,
     vllm_selector,
     window_seconds,
 )
@@ -118,6 +119,8 @@ class LiveReading:
     window: str
     available: bool
     error: str | None = None
+    unreachable: bool = False  # the server failed (no answer, a timeout, an error status)
+    cause: str | None = None  # why, without the query: "timed out", "could not connect (...)"
     scraped: bool = False  # Prometheus holds vLLM series for this model
     request_rate: float | None = None  # finished requests per second over the window
     targets: Mapping[str, TargetReading] = field(default_factory=dict)
@@ -167,6 +170,8 @@ def read_live(
             window=window,
             available=False,
             error=_error_text(source.url, err),
+            unreachable=isinstance(err, MetricsUnavailable),
+            cause=stable_error(err.__cause__) if isinstance(err.__cause__, Exception) else None,
         )
     return LiveReading(
         at=now,

@@ -41,6 +41,21 @@ class Outcome:
     invalid: str | None = None
     progressed: bool = False  # the study can take another step right away
     spec: LLMDeploymentSpec | None = None  # as parsed, for the operator's metrics
+    apply_failure: str | None = None  # a child the server would not take now: retry later
+
+
+class ChildApplyError(Exception):
+    """The API server answered an apply of one child with an error; the children before it
+    were applied (`deployment`, when it was among them)."""
+
+    def __init__(self, child: dict[str, Any], error: KubeError, deployment: dict[str, Any] | None):
+        ref = Ref.of(child)
+        super().__init__(
+            f"could not apply {ref.kind} {ref.namespace}/{ref.name}: "
+            f"{error.status} {error.reason}: {error.message}"
+        )
+        self.error = error
+        self.deployment = deployment
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,7 @@ def reconcile(
     watch: Watch | None = None
     study: tuning.Result | None = None
     conflicts: list[str] = []
+    apply_failure: str | None = None
     if spec is not None and not problems:
         has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
         if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
@@ -133,11 +149,16 @@ def reconcile(
         )
         serving = render.with_params(spec, study.overlay)
         try:
-            deployment = _apply_children(owner, serving, kube, has_pod_monitor)
-        except KubeError as exc:
-            if not exc.rejected:
-                raise
-            problems.append(f"the API server rejected a rendered object: {exc.message}")
+            deployment = _apply_children(owner, serving, kube, has_pod_monitor) or deployment
+        except ChildApplyError as failed:
+            exc = failed.error
+            if exc.rejected:
+                problems.append(f"the API server rejected a rendered object: {exc.message}")
+            elif exc.status == 0:
+                raise exc from None  # no API server to write a status to either
+            else:
+                apply_failure = str(failed)
+                deployment = failed.deployment or deployment
 
     active_args, active_hash = _active_config(deployment)
     observation = Observation(
@@ -145,6 +166,7 @@ def reconcile(
         spec=spec,
         problems=problems,
         conflicts=conflicts,
+        apply_failure=apply_failure,
         deployment=DeploymentState.from_object(deployment),
         active_args=active_args,
         config_hash=active_hash,
@@ -164,16 +186,21 @@ def reconcile(
         outcome.status_written = True
     if problems:
         outcome.invalid = "; ".join(problems)
+    outcome.apply_failure = apply_failure
     return outcome
 
 
 def _apply_children(
     owner: render.Owner, spec: LLMDeploymentSpec, kube: Kube, has_pod_monitor: bool
-) -> dict[str, Any]:
-    """Applies every child; returns the Deployment as the server now has it."""
-    deployment: dict[str, Any] = {}
+) -> dict[str, Any] | None:
+    """Applies every child; returns the Deployment as the server now has it. Raises
+    `ChildApplyError` for the first child the server answers with an error."""
+    deployment: dict[str, Any] | None = None
     for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
-        applied = kube.apply(child)
+        try:
+            applied = kube.apply(child)
+        except KubeError as exc:
+            raise ChildApplyError(child, exc, deployment) from exc
         if child["kind"] == "Deployment":
             deployment = applied
     if has_pod_monitor and not render.wants_pod_monitor(spec, has_pod_monitor):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,6 +25,10 @@ PROMETHEUS_URL = "SLOTUNE_PROMETHEUS_URL"
 METRICS_PORT = "SLOTUNE_METRICS_PORT"
 IMAGE = "SLOTUNE_IMAGE"
 TRIAL_STARTUP_SECONDS = "SLOTUNE_TRIAL_STARTUP_SECONDS"
+LEADER_ELECTION = "SLOTUNE_LEADER_ELECTION"
+POD_NAME = "SLOTUNE_POD_NAME"
+KUBE_QPS = "SLOTUNE_KUBE_QPS"
+KUBE_BURST = "SLOTUNE_KUBE_BURST"
 
 
 class SettingsError(ValueError):
@@ -46,6 +51,16 @@ class OperatorSettings:
     """The image of the trial load Jobs (the chart sets the operator's own)."""
     trial_startup_seconds: float = 960.0
     """A trial engine not ready by then has failed."""
+    leader_lease: tuple[str, str] | None = None
+    """The Lease (namespace, name) replicas elect a leader on; None: no election, this
+    process acts alone (a local `slotune operator`). The chart always sets one."""
+    identity: str = ""
+    """This replica's name in the Lease: the pod's name (the chart passes it); empty, the
+    host's name and the process id."""
+    kube_qps: float = 50.0
+    """Client-side limit on the operator's requests to the API server, per second..."""
+    kube_burst: int = 100
+    """... and at once."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -60,6 +75,10 @@ class OperatorSettings:
             trial_startup_seconds=_read(
                 env, TRIAL_STARTUP_SECONDS, defaults.trial_startup_seconds, _positive
             ),
+            leader_lease=_read(env, LEADER_ELECTION, defaults.leader_lease, _lease),
+            identity=env.get(POD_NAME, "").strip(),
+            kube_qps=_read(env, KUBE_QPS, defaults.kube_qps, _positive_rate),
+            kube_burst=_read(env, KUBE_BURST, defaults.kube_burst, _burst),
         )
 
 
@@ -92,4 +111,30 @@ def _workers(raw: str) -> int:
 def _port(raw: str) -> int | None:
     if not raw.isdigit() or not 0 < int(raw) < 65536:
         raise ValueError("is not a TCP port (1-65535)")
+    return int(raw)
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _lease(raw: str) -> tuple[str, str]:
+    namespace, _, name = raw.partition("/")
+    if not _NAME.fullmatch(namespace) or not _NAME.fullmatch(name):
+        raise ValueError("must name a Lease as namespace/name, e.g. slotune-system/slotune")
+    return namespace, name
+
+
+def _positive_rate(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise ValueError("must be a number of requests per second above 0")
+    return value
+
+
+def _burst(raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError("must be a whole number of requests, at least 1")
     return int(raw)

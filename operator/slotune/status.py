@@ -87,6 +87,7 @@ class Observation:
     config_hash: str
     tuning: TuningStatus | None = None
     conflicts: list[str] = field(default_factory=list)  # others' objects in the children's place
+    apply_failure: str | None = None  # a child the API server answered with an error
     tuning_row: ConditionRow | None = None  # the Tuning condition, from the study
     monitoring_rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, ...
     slo: SloStatus | None = None
@@ -214,11 +215,22 @@ def compute_status(
         message = "Not deployed: " + "; ".join(observation.conflicts)
     else:
         phase, rows = _serving_conditions(serving, dep, observation.config_hash)
+        if observation.apply_failure:
+            # What runs keeps running; the condition names the child and the server's answer.
+            phase = Phase.DEGRADED
+            rows = [
+                row
+                if row[0] != ConditionType.DEGRADED
+                else (row[0], "True", "ApplyFailed", f"{observation.apply_failure}; retrying")
+                for row in rows
+            ]
         rows += _feature_conditions(serving, observation)
         if phase == Phase.READY and observation.tuning_row and observation.tuning_row[1] == "True":
             phase = Phase.TUNING
         active = ActiveConfig(args=observation.active_args, hash=observation.config_hash)
         message = rows[0][3]
+        if observation.apply_failure:
+            message = f"{observation.apply_failure}; retrying"
 
     conditions = [
         merge_condition(previous.conditions, row, generation=observation.generation, now=now)

@@ -4,12 +4,19 @@ live traffic).
 
 Readings are cached for a few seconds per LLMDeployment, so a study taking several steps in
 a row, or a burst of child events, costs Prometheus one round of queries.
+
+A Prometheus that hangs or fails must not slow the operator: each URL has a circuit breaker.
+After a failed read, the URL's readings are "unavailable" at once, without a request, for a
+cool-down (5 s, doubling up to a minute while it keeps failing); then one read probes it while
+the others still skip it. So a sick Prometheus costs one timeout per cool-down, not one per
+reconcile, and objects that do not use it never wait on it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,6 +27,56 @@ from slotune.reconcile import Watch
 from slotune.tuning import Live
 
 CACHE_SECONDS = 5.0
+QUERY_TIMEOUT_SECONDS = 5
+COOL_DOWN_SECONDS = 5.0
+COOL_DOWN_CAP_SECONDS = 60.0
+
+
+class Breaker:
+    """The circuit breaker of one Prometheus URL. Thread-safe; `clock` for tests."""
+
+    def __init__(
+        self,
+        cool_down: float = COOL_DOWN_SECONDS,
+        cap: float = COOL_DOWN_CAP_SECONDS,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cool_down, self.cap = cool_down, cap
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open_until = 0.0
+        self._probing = False
+        self.last_error: str | None = None  # why it opened, for the readings it skips
+
+    def allow(self) -> bool:
+        """Whether to send a read now: always while closed; once open, only the one probe
+        after the cool-down (the caller must then report `succeeded` or `failed`)."""
+        with self._lock:
+            if self._failures == 0:
+                return True
+            if self._probing or self._clock() < self._open_until:
+                return False
+            self._probing = True
+            return True
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._failures, self._probing, self.last_error = 0, False, None
+
+    def failed(self, error: str) -> None:
+        with self._lock:
+            self._failures += 1
+            self._probing = False
+            self.last_error = error
+            delay = min(self.cap, self.cool_down * 2 ** (self._failures - 1))
+            self._open_until = self._clock() + delay
+
+    def released(self) -> None:
+        """A probe that ended without a verdict (an unexpected error) frees the slot."""
+        with self._lock:
+            self._probing = False
 
 
 @dataclass
@@ -33,19 +90,25 @@ class PrometheusMonitor:
     """The `reconcile.Monitor` the operator runs with."""
 
     def __init__(
-        self, default_url: str | None = None, cache_seconds: float = CACHE_SECONDS
+        self,
+        default_url: str | None = None,
+        cache_seconds: float = CACHE_SECONDS,
+        timeout: int = QUERY_TIMEOUT_SECONDS,
     ) -> None:
         self.default_url = default_url  # for LLMDeployments that name no Prometheus
         self.cache_seconds = cache_seconds
+        self.timeout = timeout
         self._sources: dict[str, PrometheusSource] = {}
         self._cache: dict[tuple[str, str, str], _Cached] = {}
+        self._breakers: dict[str, Breaker] = {}
         self._lock = threading.Lock()
 
-    def _source(self, url: str) -> PrometheusSource:
+    def _source(self, url: str) -> tuple[PrometheusSource, Breaker]:
         with self._lock:
             if url not in self._sources:
-                self._sources[url] = PrometheusSource(url, timeout=5)
-            return self._sources[url]
+                self._sources[url] = PrometheusSource(url, timeout=self.timeout)
+                self._breakers[url] = Breaker()
+            return self._sources[url], self._breakers[url]
 
     def _read(
         self,
@@ -61,10 +124,39 @@ class PrometheusMonitor:
         cached = self._cache.get(key)
         if cached is not None and time.monotonic() - cached.at < self.cache_seconds:
             return cached
-        source = self._source(url)
-        reading = oncall.read_live(
-            source, spec, namespace=namespace, served_name=served, now=now, trial_pods=trial_pods
-        )
+        source, breaker = self._source(url)
+        if not breaker.allow():
+            # Skipped: the same verdict as the read that opened the breaker, at no cost.
+            skipped = oncall.LiveReading(
+                at=now,
+                url=source.url,
+                namespace=namespace,
+                model=served,
+                window=spec.slo.window if spec.slo else oncall.DEFAULT_WINDOW,
+                available=False,
+                error=breaker.last_error,
+                unreachable=True,
+            )
+            return _Cached(time.monotonic(), skipped, None)
+        try:
+            reading = oncall.read_live(
+                source,
+                spec,
+                namespace=namespace,
+                served_name=served,
+                now=now,
+                trial_pods=trial_pods,
+            )
+        except BaseException:
+            breaker.released()
+            raise
+        if reading.unreachable:
+            breaker.failed(
+                f"Prometheus at {source.url} is not answering ({reading.cause or 'failed'}); "
+                "it is asked again after a cool-down"
+            )
+        else:
+            breaker.succeeded()
         workload = None
         if reading.available and spec.tuning.enabled and spec.tuning.workload.source == "Live":
             workload = live_workload(source, spec, namespace, served)

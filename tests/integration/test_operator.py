@@ -432,3 +432,52 @@ def test_reports_ready_when_the_pods_are_ready(
         "-o", "jsonpath={.items[*].reason}",
     ).stdout.split()  # fmt: skip
     assert "ReadyTrue" in events
+
+
+def test_a_child_the_server_refuses_becomes_a_condition_and_retries_back_off(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    # A quota of no Services: the API server answers the Service's apply 403, an error that
+    # is about the namespace, not about the object slotune rendered.
+    cluster.kubectl("create", "quota", "no-services", "--hard=services=0", "-n", namespace)
+    assert cluster.apply(llmd("quota", namespace)).returncode == 0
+    status = wait_for(
+        "a Degraded ApplyFailed condition",
+        lambda: (
+            (o := cluster.get("llmd", "quota", namespace))
+            and (c := condition(o, "Degraded"))
+            and c["reason"] == "ApplyFailed"
+            and o["status"]
+        ),
+    )
+    message = condition({"status": status}, "Degraded")["message"]  # type: ignore[index]
+    assert f"could not apply Service {namespace}/quota: 403 Forbidden" in message
+    assert "no-services" in message  # the server's own words name the quota
+    assert status["phase"] == "Degraded"
+    # The Deployment went in before the Service: what could be applied was.
+    assert cluster.get("deployment", "quota", namespace) is not None
+
+    # Retries back off: 10 s, then 20, then 40 ... (each up to 10% later).
+    def delays() -> list[int]:
+        marker = f"could not apply Service {namespace}/quota"
+        return [
+            int(line.rsplit("retrying in ", 1)[1].split("s", 1)[0])
+            for line in operator.log().splitlines()
+            if marker in line and "retrying in " in line
+        ]
+
+    seen = wait_for("three retries", lambda: len(delays()) >= 3 and delays(), timeout=90)
+    assert seen[:3] == [pytest.approx(d, rel=0.11, abs=1) for d in (10, 20, 40)]
+
+    # Lifting the quota lets the next retry through.
+    cluster.kubectl("delete", "quota", "no-services", "-n", namespace)
+    wait_for("the Service", lambda: cluster.get("service", "quota", namespace), timeout=120)
+    wait_for(
+        "Degraded back to False",
+        lambda: (
+            (o := cluster.get("llmd", "quota", namespace))
+            and (c := condition(o, "Degraded"))
+            and c["status"] == "False"
+        ),
+        timeout=60,
+    )

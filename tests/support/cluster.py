@@ -87,6 +87,8 @@ class Cluster:
             "--show-only", "templates/serviceaccount.yaml",
             "--show-only", "templates/clusterrole.yaml",
             "--show-only", "templates/clusterrolebinding.yaml",
+            "--show-only", "templates/role.yaml",
+            "--show-only", "templates/rolebinding.yaml",
         )  # fmt: skip
         self.kubectl("create", "namespace", OPERATOR_NAMESPACE)
         result = self.apply(rendered)
@@ -143,7 +145,8 @@ class OperatorProcess:
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, ready: str = "Started the slotune operator") -> None:
+        """Starts it and waits for the log line `ready` (a standby logs "Standing by")."""
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             self.argv,
@@ -158,8 +161,8 @@ class OperatorProcess:
         )
         try:
             wait_for(
-                "the operator to start watching",
-                lambda: "Started the slotune operator" in self.log() or self.dead(),
+                f"the operator to log {ready!r}",
+                lambda: ready in self.log() or self.dead(),
             )
         except AssertionError:
             self.stop()  # never leave an operator behind a failed start

@@ -36,6 +36,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from support.procs import free_ports, log_tail, script_path
@@ -44,7 +45,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-control-plane.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+# /16: room for 65,000 Services, i.e. thousands of LLMDeployments (bench/scale.py makes 500)
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
@@ -152,10 +154,18 @@ class ControlPlane:
       work_dir          certs, kubeconfigs, etcd data and *.log files
     """
 
-    def __init__(self, bin_dir: Path, work_dir: Path, *, controller_manager: bool = True):
+    def __init__(
+        self,
+        bin_dir: Path,
+        work_dir: Path,
+        *,
+        controller_manager: bool = True,
+        apiserver_args: Sequence[str] = (),
+    ):
         self.bin_dir = Path(bin_dir).resolve()
         self.work_dir = Path(work_dir).resolve()
         self.controller_manager = controller_manager
+        self.apiserver_args = list(apiserver_args)  # e.g. an audit log, for bench/scale.py
         self.pki = self.work_dir / "pki"
         self.ca_file = self.pki / "ca.crt"
         self.admin_kubeconfig = self.work_dir / "admin.kubeconfig"
@@ -435,6 +445,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+                *self.apiserver_args,
             ],
         )
 
