@@ -32,7 +32,15 @@ import kopf
 
 from slotune import models, opmetrics, render, tuning
 from slotune.backoff import Backoff
-from slotune.kube import Kube, KubeError, RateLimit, Ref, in_cluster_server, load_api_client
+from slotune.kube import (
+    CachedKube,
+    Kube,
+    KubeError,
+    RateLimit,
+    Ref,
+    in_cluster_server,
+    load_api_client,
+)
 from slotune.leader import LeaderElector, standby_health
 from slotune.reconcile import Monitor, Outcome, reconcile
 from slotune.settings import OperatorSettings
@@ -49,6 +57,10 @@ log = logging.getLogger(__name__)
 # Both are dropped when the object is deleted.
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 _backoff = Backoff()
+# The resourceVersion each object had after the operator's last look at it (a read, or its
+# own status write): a resync whose listing shows that version reconciles from the listing,
+# without reading the object again.
+_versions: dict[tuple[str, str], str] = {}
 _state: dict[str, Any] = {
     "clock": lambda: datetime.now(UTC),
     "kubeconfig": None,
@@ -70,20 +82,21 @@ def _trial_settings() -> tuning.Settings:
     )
 
 
-def _new_kube() -> Kube:
+def _new_kube() -> CachedKube:
     """A client for the operator's own calls: a connection for each thread that may call (the
-    handlers' and the resync's, plus a few), under the client-side rate limit."""
+    handlers' and the resync's, plus a few), under the client-side rate limit, with the
+    serving children cached from the watches."""
     settings = _settings()
-    return Kube(
+    return CachedKube(
         load_api_client(_state["kubeconfig"], connections=2 * settings.workers + 4),
         rate_limit=RateLimit(settings.kube_qps, settings.kube_burst),
     )
 
 
-def _kube(memo: Any) -> Kube:
+def _kube(memo: Any) -> CachedKube:
     if getattr(memo, "kube", None) is None:
         memo.kube = _new_kube()
-    kube: Kube = memo.kube
+    kube: CachedKube = memo.kube
     return kube
 
 
@@ -126,10 +139,19 @@ class _NotDue(Exception):  # noqa: N818 - a routine retry that came early: not a
         self.remaining = remaining
 
 
-def _run(body: dict[str, Any], memo: Any, logger: KopfLogger, *, routine: bool = False) -> Outcome:
+def _run(
+    body: dict[str, Any],
+    memo: Any,
+    logger: KopfLogger,
+    *,
+    routine: bool = False,
+    listed: bool = False,
+) -> Outcome:
     """Reconciles one object. A `routine` pass (the resync, a child's event, Kopf's retry of
     a failed handler) of an object that is backing off after failures raises `_NotDue`
-    instead; Kopf's first call for a create, resume or spec edit is always tried at once."""
+    instead; Kopf's first call for a create, resume or spec edit is always tried at once.
+    A `listed` body (the resync's listing) is reconciled as it is when it is the version the
+    operator last saw; any other trigger reads the object afresh."""
     meta = body["metadata"]
     kube = _kube(memo)
     ref = Ref(models.API_VERSION, models.KIND, meta["namespace"], meta["name"])
@@ -142,10 +164,12 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger, *, routine: bool =
             raise _NotDue(remaining)
         # A study may take several steps in a row (record a trial, clean up, plan the next);
         # each step reads the object afresh, so none computes from a replaced status.
-        for _ in range(MAX_STEPS):
+        for step in range(MAX_STEPS):
             started, failed = time.monotonic(), True
             try:
-                fresh = kube.get(ref)
+                version = body["metadata"].get("resourceVersion")
+                unchanged = listed and step == 0 and version and _versions.get(key) == version
+                fresh = body if unchanged else kube.get(ref)
                 if fresh is None or fresh["metadata"].get("deletionTimestamp"):
                     _forget(key)
                     failed = False
@@ -160,6 +184,8 @@ def _run(body: dict[str, Any], memo: Any, logger: KopfLogger, *, routine: bool =
                 ) from exc
             finally:
                 opmetrics.record_reconcile(time.monotonic() - started, error=failed)
+            if outcome.resource_version:
+                _versions[key] = outcome.resource_version
             opmetrics.observe(meta["namespace"], meta["name"], outcome.status, outcome.spec)
             _report(fresh, outcome, logger, kube)
             if outcome.apply_failure is not None:
@@ -178,6 +204,7 @@ def _forget(key: tuple[str, str]) -> None:
     goes with its DELETED event)."""
     opmetrics.forget(*key)
     _backoff.forget(key)
+    _versions.pop(key, None)
 
 
 def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger, kube: Kube) -> None:
@@ -272,7 +299,7 @@ def _resync(body: dict[str, Any], memo: Any) -> None:
     meta = body["metadata"]
     logger = logging.LoggerAdapter(log, {"object": f"{meta['namespace']}/{meta['name']}"})
     try:
-        _run(body, memo, logger, routine=True)
+        _run(body, memo, logger, routine=True, listed=True)
     except _NotDue:  # Kopf's retry ran it meanwhile
         pass
     except kopf.TemporaryError as exc:  # the next pass tries again
@@ -282,12 +309,15 @@ def _resync(body: dict[str, Any], memo: Any) -> None:
 
 
 @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL)
-def on_llm_deployment_event(event: kopf.RawEvent, **_: Any) -> None:
+def on_llm_deployment_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     """A deleted LLMDeployment's metrics, back-off and lock go with it."""
     if event.get("type") == "DELETED":
         meta = event["object"]["metadata"]
         key = (meta["namespace"], meta["name"])
         _forget(key)
+        kube: CachedKube | None = getattr(memo, "kube", None)
+        if kube is not None:
+            kube.forget(*key)
         lock = _locks.get(key)
         if lock is not None and not lock.locked():
             _locks.pop(key, None)
@@ -314,7 +344,13 @@ _CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY}
 def on_child_event(
     event: kopf.RawEvent, body: kopf.Body, memo: Any, logger: KopfLogger, **_: Any
 ) -> None:
-    """A child changed, was edited by hand or deleted: reconcile its LLMDeployment."""
+    """A child changed, was edited by hand or deleted: reconcile its LLMDeployment. (The
+    serving children's cache learns of it first.)"""
+    obj = dict(event.get("object") or {})
+    if event.get("type") == "DELETED":
+        _kube(memo).deleted(obj)
+    else:
+        _kube(memo).observed(obj)
     if event.get("type") is None:  # the initial listing; resume handles those
         return
     try:

@@ -7,6 +7,8 @@ layer imports `kubernetes`.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import threading
 import time
@@ -173,6 +175,7 @@ class Kube:
         self._rate_limit = rate_limit
         self._clock = clock
         self._discovered: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._discovery_lock = threading.Lock()  # one discovery request at a time, not 16
 
     def _call(
         self,
@@ -331,15 +334,132 @@ class Kube:
         """Whether the server serves a resource (e.g. the Prometheus Operator's CRDs), as
         discovered at most `DISCOVERY_SECONDS` ago."""
         key = (group_version, plural)
-        cached = self._discovered.get(key)
-        if cached is not None and self._clock() - cached[0] < DISCOVERY_SECONDS:
-            return cached[1]
-        try:
-            listing = self._call("GET", f"/apis/{group_version}")
-        except KubeError as exc:
-            if not exc.not_found:
-                raise
-            listing = None
-        served = any(r.get("name") == plural for r in (listing or {}).get("resources", []))
-        self._discovered[key] = (self._clock(), served)
-        return served
+        with self._discovery_lock:
+            cached = self._discovered.get(key)
+            if cached is not None and self._clock() - cached[0] < DISCOVERY_SECONDS:
+                return cached[1]
+            try:
+                listing = self._call("GET", f"/apis/{group_version}")
+            except KubeError as exc:
+                if not exc.not_found:
+                    raise
+                listing = None
+            served = any(r.get("name") == plural for r in (listing or {}).get("resources", []))
+            self._discovered[key] = (self._clock(), served)
+            return served
+
+
+# The kinds `CachedKube` keeps: the serving children, which the operator watches (those
+# with this label, which slotune puts on everything it renders).
+CACHED_KINDS = frozenset({"Deployment", "Service"})
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "slotune"
+# A cached object older than this is read again, in case a watch event was missed.
+CACHE_MAX_AGE_SECONDS = 300.0
+
+
+def _digest(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+class CachedKube(Kube):
+    """The operator's client: `Kube`, with its serving children (Deployments, Services) read
+    from what the watches last delivered, and an apply skipped when it would send what was
+    last applied to an object that has not changed since. An object whose inputs did not
+    change then costs no API call on a resync.
+
+    The watch handlers feed it (`observed`, `deleted`); its own applies and reads do too. An
+    entry older than `CACHE_MAX_AGE_SECONDS` is read again, so a missed event costs at most
+    that much staleness."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        rate_limit: RateLimit | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(api, rate_limit=rate_limit, clock=clock)
+        self._live: dict[Ref, tuple[float, dict[str, Any]]] = {}  # ref -> (when, object)
+        self._applied: dict[Ref, tuple[str, str]] = {}  # ref -> (digest sent, version back)
+        self._cache_lock = threading.Lock()
+        self.skipped_applies = 0
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> Ref | None:
+        kind = obj.get("kind")
+        meta = obj.get("metadata") or {}
+        if kind not in CACHED_KINDS or not meta.get("namespace") or not meta.get("name"):
+            return None
+        return Ref(obj.get("apiVersion", ""), str(kind), meta["namespace"], meta["name"])
+
+    def observed(self, obj: dict[str, Any]) -> None:
+        """A watch delivered this version of a child (added or modified)."""
+        key = self._key(obj)
+        if key is not None:
+            with self._cache_lock:
+                self._live[key] = (self._clock(), obj)
+
+    def deleted(self, obj: dict[str, Any]) -> None:
+        """A watch reported the child deleted."""
+        key = self._key(obj)
+        if key is not None:
+            with self._cache_lock:
+                self._live.pop(key, None)
+                self._applied.pop(key, None)
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        if ref.kind in CACHED_KINDS:
+            with self._cache_lock:
+                cached = self._live.get(ref)
+            if cached is not None and self._clock() - cached[0] < CACHE_MAX_AGE_SECONDS:
+                return copy.deepcopy(cached[1])
+        found = super().get(ref)
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        ours = labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+        if found is not None and ref.kind in CACHED_KINDS and ours:
+            # Only what the watches cover (slotune's label) is cached: another team's object
+            # of that name could be deleted without the operator hearing of it.
+            self.observed({"apiVersion": ref.api_version, "kind": ref.kind, **found})
+        return found
+
+    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        key = self._key(obj) if subresource is None else None
+        if key is None:
+            return super().apply(obj, subresource=subresource)
+        digest = _digest(obj)
+        with self._cache_lock:
+            sent = self._applied.get(key)
+            live = self._live.get(key)
+        fresh = live is not None and self._clock() - live[0] < CACHE_MAX_AGE_SECONDS
+        if (
+            sent is not None
+            and live is not None
+            and fresh
+            and sent
+            == (
+                digest,
+                live[1]["metadata"].get("resourceVersion"),
+            )
+        ):
+            self.skipped_applies += 1
+            return copy.deepcopy(live[1])
+        result = super().apply(obj)
+        result.setdefault("apiVersion", obj["apiVersion"])
+        result.setdefault("kind", obj["kind"])
+        with self._cache_lock:
+            self._applied[key] = (digest, result["metadata"].get("resourceVersion", ""))
+            self._live[key] = (self._clock(), result)
+        return result
+
+    def delete(self, ref: Ref) -> bool:
+        with self._cache_lock:
+            self._live.pop(ref, None)
+            self._applied.pop(ref, None)
+        return super().delete(ref)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drops every cached child of a deleted LLMDeployment's name."""
+        with self._cache_lock:
+            for cache in (self._live, self._applied):
+                for ref in [r for r in cache if (r.namespace, r.name) == (namespace, name)]:
+                    cache.pop(ref, None)

@@ -42,6 +42,7 @@ class Outcome:
     progressed: bool = False  # the study can take another step right away
     spec: LLMDeploymentSpec | None = None  # as parsed, for the operator's metrics
     apply_failure: str | None = None  # a child the server would not take now: retry later
+    resource_version: str | None = None  # the object's, after this reconcile's status write
 
 
 class ChildApplyError(Exception):
@@ -148,17 +149,10 @@ def reconcile(
             )
         )
         serving = render.with_params(spec, study.overlay)
-        try:
-            deployment = _apply_children(owner, serving, kube, has_pod_monitor) or deployment
-        except ChildApplyError as failed:
-            exc = failed.error
-            if exc.rejected:
-                problems.append(f"the API server rejected a rendered object: {exc.message}")
-            elif exc.status == 0:
-                raise exc from None  # no API server to write a status to either
-            else:
-                apply_failure = str(failed)
-                deployment = failed.deployment or deployment
+        deployment, rejected, apply_failure = _apply_or_explain(
+            owner, serving, kube, has_pod_monitor, deployment
+        )
+        problems += rejected
 
     active_args, active_hash = _active_config(deployment)
     observation = Observation(
@@ -181,13 +175,36 @@ def reconcile(
     if study is not None:
         outcome.events += study.events
         outcome.progressed = study.progressed
+    outcome.resource_version = meta.get("resourceVersion")
     if changed(previous, current):
-        kube.apply_status(owner.namespace, owner.name, to_patch(current))
+        written = kube.apply_status(owner.namespace, owner.name, to_patch(current))
         outcome.status_written = True
+        outcome.resource_version = (written.get("metadata") or {}).get("resourceVersion")
     if problems:
         outcome.invalid = "; ".join(problems)
     outcome.apply_failure = apply_failure
     return outcome
+
+
+def _apply_or_explain(
+    owner: render.Owner,
+    spec: LLMDeploymentSpec,
+    kube: Kube,
+    has_pod_monitor: bool,
+    deployment: dict[str, Any] | None,
+) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """Applies the children: the Deployment as it now is, the problems of a rendered object the
+    server rejected as invalid (fixed by editing the spec), and a failure to retry (any other
+    error answer: a quota, a full Service range, a webhook, a 5xx)."""
+    try:
+        return _apply_children(owner, spec, kube, has_pod_monitor) or deployment, [], None
+    except ChildApplyError as failed:
+        exc = failed.error
+        if exc.rejected:
+            return deployment, [f"the API server rejected a rendered object: {exc.message}"], None
+        if exc.status == 0:
+            raise exc from None  # no API server to write a status to either
+        return failed.deployment or deployment, [], str(failed)
 
 
 def _apply_children(
