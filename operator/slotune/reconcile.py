@@ -24,6 +24,7 @@ from slotune.status import (
     Observation,
     changed,
     compute_status,
+    settle_figures,
     to_patch,
     transitions,
 )
@@ -170,7 +171,7 @@ def reconcile(
         slo=watch.slo if watch else previous.slo,
         gpu=watch.gpu if watch else previous.gpu,
     )
-    current = compute_status(observation, previous, now)
+    current = settle_figures(previous, compute_status(observation, previous, now), now)
     outcome = Outcome(status=current, events=transitions(previous, current), spec=spec)
     if study is not None:
         outcome.events += study.events

@@ -9,7 +9,7 @@ on-call engineer sees one event per real change, never one per reconcile.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from slotune.models import (
@@ -305,6 +305,46 @@ def transitions(previous: LLMDeploymentStatus, current: LLMDeploymentStatus) -> 
 def to_patch(status: LLMDeploymentStatus) -> dict[str, Any]:
     """The status as JSON for the API, camelCase, without unset fields."""
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# Live figures (SLO percentiles, the request rate, GPU clocks) move on every read; while every
+# verdict stays the same they are written at most this often, not on every resync.
+FIGURES_REFRESH = timedelta(minutes=1)
+# Conditions whose messages quote those figures.
+_FIGURE_CONDITIONS = {ConditionType.SLO_MET, ConditionType.GPU_THROTTLED}
+
+
+def _verdicts(status: LLMDeploymentStatus) -> tuple[Any, ...]:
+    """Everything in a status but the live figures."""
+    slo, gpu = status.slo, status.gpu
+    rest = status.model_copy(
+        update={"slo": None, "gpu": None, "conditions": [], "slo_summary": None}
+    )
+    conditions = [
+        (c.type, c.status, c.reason, c.message if c.type not in _FIGURE_CONDITIONS else "")
+        for c in status.conditions
+    ]
+    slo_verdict = slo and (slo.met, slo.stale, slo.violating_since, slo.window)
+    targets = slo and [(t.name, t.met) for t in slo.targets]
+    gpu_verdict = gpu and (gpu.throttle_reasons, gpu.clock_event_reasons)
+    return (to_patch(rest), conditions, slo_verdict, targets, gpu_verdict)
+
+
+def settle_figures(
+    previous: LLMDeploymentStatus,
+    current: LLMDeploymentStatus,
+    now: datetime,
+    refresh: timedelta = FIGURES_REFRESH,
+) -> LLMDeploymentStatus:
+    """`current`, or `previous` again when the two differ only in live figures and those were
+    measured less than `refresh` ago: so a status is written when a verdict changes, and
+    otherwise once a `refresh` at most."""
+    measured = previous.slo.measured_at if previous.slo else None
+    if measured is None or now - measured >= refresh:
+        return current
+    if _verdicts(previous) != _verdicts(current):
+        return current
+    return previous
 
 
 def changed(previous: LLMDeploymentStatus, current: LLMDeploymentStatus) -> bool:

@@ -3,7 +3,14 @@
 from datetime import UTC, datetime, timedelta
 
 from slotune import models
-from slotune.status import DeploymentState, Observation, compute_status, transitions
+from slotune.status import (
+    FIGURES_REFRESH,
+    DeploymentState,
+    Observation,
+    compute_status,
+    settle_figures,
+    transitions,
+)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SPEC = models.LLMDeploymentSpec.model_validate(
@@ -117,3 +124,39 @@ def test_first_unremarkable_states_are_not_announced() -> None:
     assert "DegradedFalse" not in reasons
     assert "ReadyTrue" not in reasons
     assert {"ProgressingFalse"} <= reasons
+
+
+def monitored(
+    at: datetime, ttft: float, met: bool = True, ready: int = 2
+) -> models.LLMDeploymentStatus:
+    """A status as a healthy Prometheus reading at `at` makes it: figures that move."""
+    observation = observe(ready)
+    slo = models.SloStatus(
+        ttft_p95_seconds=ttft, met=met, window="5m", measured_at=at, request_rate=3.0 + ttft
+    )
+    row = (
+        ("SLOMet", "True", "Met", f"ttft p95 {ttft:.3g}s <= 2s over the last 5m")
+        if met
+        else ("SLOMet", "False", "Violated", "ttft over 2s")
+    )
+    observation = Observation(**{**observation.__dict__, "monitoring_rows": [row], "slo": slo})
+    return compute_status(observation, models.LLMDeploymentStatus(), at)
+
+
+def test_figures_alone_are_rewritten_at_most_once_a_refresh() -> None:
+    first = monitored(T0, 0.51)
+    # 30 s later, only the figures moved: the status stays as written.
+    later = T0 + timedelta(seconds=30)
+    assert settle_figures(first, monitored(later, 0.57), later) == first
+    # A minute after the figures were measured, they are written again.
+    due = T0 + FIGURES_REFRESH
+    assert settle_figures(first, monitored(due, 0.57), due).slo.ttft_p95_seconds == 0.57  # type: ignore[union-attr]
+
+
+def test_a_verdict_or_anything_else_changing_is_written_at_once() -> None:
+    first = monitored(T0, 0.51)
+    later = T0 + timedelta(seconds=10)
+    violated = monitored(later, 2.4, met=False)
+    assert settle_figures(first, violated, later) == violated
+    one_down = monitored(later, 0.51, ready=1)
+    assert settle_figures(first, one_down, later) == one_down
