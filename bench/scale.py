@@ -36,18 +36,17 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ import yaml
 
 from support.cluster import OPERATOR_NAMESPACE, SERVICE_ACCOUNT, Cluster, llmd
 from support.controlplane import ControlPlane, bin_dir_from_env
+from support.hanging import HangingServer
 from support.procs import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,8 +119,6 @@ class Audit:
 
 
 def _epoch(stamp: str) -> float:
-    from datetime import datetime  # noqa: PLC0415
-
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
@@ -204,30 +202,6 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
         if count >= q * total:
             return f"<= {bound:g} s" if bound != float("inf") else "> 60 s"
     return "?"
-
-
-# --- a Prometheus that hangs -------------------------------------------------------------
-
-
-class HangingServer:
-    """Accepts connections and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
 
 
 # --- the bench ---------------------------------------------------------------------------
@@ -370,9 +344,10 @@ class Bench:
             "unrelated_spec_change_max_s": round(max(unrelated), 1),
             "related_spec_change_median_s": round(statistics.median(related), 1),
             "related_spec_change_max_s": round(max(related), 1),
-            "connections_to_it": len(server.held),
+            "connections_to_it": server.accepted,
         }
         self.report("hanging")
+        server.close()
         self.delete_namespaces(sick)
 
     def edit_and_time(self, keys: list[tuple[str, str]], namespaces: list[str]) -> list[float]:

@@ -67,18 +67,18 @@ class OperatorSettings:
         env = os.environ if environ is None else environ
         defaults = cls()
         return cls(
-            resync_seconds=_read(env, RESYNC_SECONDS, defaults.resync_seconds, _positive),
-            workers=_read(env, WORKERS, defaults.workers, _workers),
+            resync_seconds=_read(env, RESYNC_SECONDS, defaults.resync_seconds, _seconds),
+            workers=_read(env, WORKERS, defaults.workers, _threads),
             prometheus_url=env.get(PROMETHEUS_URL, "").strip() or None,
             metrics_port=_read(env, METRICS_PORT, defaults.metrics_port, _port),
             load_image=env.get(IMAGE, "").strip() or defaults.load_image,
             trial_startup_seconds=_read(
-                env, TRIAL_STARTUP_SECONDS, defaults.trial_startup_seconds, _positive
+                env, TRIAL_STARTUP_SECONDS, defaults.trial_startup_seconds, _seconds
             ),
             leader_lease=_read(env, LEADER_ELECTION, defaults.leader_lease, _lease),
             identity=env.get(POD_NAME, "").strip(),
-            kube_qps=_read(env, KUBE_QPS, defaults.kube_qps, _positive_rate),
-            kube_burst=_read(env, KUBE_BURST, defaults.kube_burst, _burst),
+            kube_qps=_read(env, KUBE_QPS, defaults.kube_qps, _rate),
+            kube_burst=_read(env, KUBE_BURST, defaults.kube_burst, _requests),
         )
 
 
@@ -92,20 +92,36 @@ def _read(env: Mapping[str, str], name: str, default: T, parse: Callable[[str], 
         raise SettingsError(f"{name}={raw!r}: {error}") from None
 
 
-def _positive(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise ValueError("must be a number of seconds above 0")
-    return value
+def _positive(unit: str) -> Callable[[str], float]:
+    """A parser of numbers above 0, e.g. of "seconds"."""
+
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not value > 0:
+            raise ValueError(f"must be a number of {unit} above 0")
+        return value
+
+    return parse
 
 
-def _workers(raw: str) -> int:
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError("must be a whole number of threads, at least 1")
-    return int(raw)
+def _at_least_one(unit: str) -> Callable[[str], int]:
+    """A parser of whole numbers of 1 or more, e.g. of "threads"."""
+
+    def parse(raw: str) -> int:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"must be a whole number of {unit}, at least 1")
+        return int(raw)
+
+    return parse
+
+
+_seconds = _positive("seconds")
+_rate = _positive("requests per second")
+_threads = _at_least_one("threads")
+_requests = _at_least_one("requests")
 
 
 def _port(raw: str) -> int | None:
@@ -122,19 +138,3 @@ def _lease(raw: str) -> tuple[str, str]:
     if not _NAME.fullmatch(namespace) or not _NAME.fullmatch(name):
         raise ValueError("must name a Lease as namespace/name, e.g. slotune-system/slotune")
     return namespace, name
-
-
-def _positive_rate(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise ValueError("must be a number of requests per second above 0")
-    return value
-
-
-def _burst(raw: str) -> int:
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError("must be a whole number of requests, at least 1")
-    return int(raw)

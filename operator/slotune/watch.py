@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slotune import oncall
+from slotune.backoff import Backoff
 from slotune.metrics import PrometheusSource, vllm_selector
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus, WorkloadSpec
 from slotune.reconcile import Watch
@@ -33,7 +34,8 @@ COOL_DOWN_CAP_SECONDS = 60.0
 
 
 class Breaker:
-    """The circuit breaker of one Prometheus URL. Thread-safe; `clock` for tests."""
+    """The circuit breaker of one Prometheus URL: its cool-downs are a `Backoff` (without
+    jitter) of the URL's consecutive failures. Thread-safe; `clock` for tests."""
 
     def __init__(
         self,
@@ -42,11 +44,8 @@ class Breaker:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cool_down, self.cap = cool_down, cap
-        self._clock = clock
+        self._cool_down = Backoff(cool_down, cap, clock=clock, jitter=lambda: 0.0)
         self._lock = threading.Lock()
-        self._failures = 0
-        self._open_until = 0.0
         self._probing = False
         self.last_error: str | None = None  # why it opened, for the readings it skips
 
@@ -54,24 +53,22 @@ class Breaker:
         """Whether to send a read now: always while closed; once open, only the one probe
         after the cool-down (the caller must then report `succeeded` or `failed`)."""
         with self._lock:
-            if self._failures == 0:
+            if self._cool_down.failures(self) == 0:
                 return True
-            if self._probing or self._clock() < self._open_until:
+            if self._probing or not self._cool_down.due(self):
                 return False
             self._probing = True
             return True
 
     def succeeded(self) -> None:
         with self._lock:
-            self._failures, self._probing, self.last_error = 0, False, None
+            self._cool_down.succeeded(self)
+            self._probing, self.last_error = False, None
 
     def failed(self, error: str) -> None:
         with self._lock:
-            self._failures += 1
-            self._probing = False
-            self.last_error = error
-            delay = min(self.cap, self.cool_down * 2 ** (self._failures - 1))
-            self._open_until = self._clock() + delay
+            self._cool_down.failed(self)
+            self._probing, self.last_error = False, error
 
     def released(self) -> None:
         """A probe that ended without a verdict (an unexpected error) frees the slot."""

@@ -3,7 +3,6 @@ limit on API calls, and the circuit breaker in front of each Prometheus."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from slotune import models
 from slotune.backoff import Backoff
 from slotune.kube import RateLimit
 from slotune.watch import Breaker, PrometheusMonitor
+from support.hanging import HangingServer
 
 
 class Clock:
@@ -139,35 +139,6 @@ def test_a_probe_that_ends_without_a_verdict_frees_the_slot() -> None:
     assert breaker.allow()
     breaker.released()
     assert breaker.allow()
-
-
-class HangingServer:
-    """A TCP server that accepts connections and never answers: a Prometheus that hangs."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.accepted = 0
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            self.held.append(conn)
-
-    def close(self) -> None:
-        for conn in self.held:
-            conn.close()
-        self.sock.close()
 
 
 def test_a_hanging_prometheus_costs_one_timeout_not_one_per_object() -> None:
