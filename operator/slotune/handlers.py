@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
+import json
 import logging
 import os
 import socket
@@ -44,11 +46,14 @@ from slotune.kube import (
 from slotune.leader import LeaderElector, standby_health
 from slotune.reconcile import Monitor, Outcome, reconcile
 from slotune.settings import OperatorSettings
+from slotune.status import clip
 from slotune.watch import PrometheusMonitor
 
 # Steps a study may take in one handler call before it waits for the next trigger.
 MAX_STEPS = 8
 Clock = Callable[[], datetime]
+# The longest message of a handler's error: Kopf keeps it in the object's annotations.
+ERROR_LIMIT = 1024
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
 log = logging.getLogger(__name__)
@@ -100,12 +105,63 @@ def _kube(memo: Any) -> CachedKube:
     return kube
 
 
+class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """Kopf's record of the last handled spec, kept as its digest, not a copy: a copy in an
+    annotation grows with the spec, and a spec near the annotations' 256 KiB limit left the
+    object unpatchable (and so undeletable while it had a finalizer). Reconciles are level
+    based and never read Kopf's diff, so whether the spec changed is all Kopf needs: a
+    digest that matches gives back the current essence (no change), any other stored value
+    an empty one (a change). A full copy written by an earlier version is read once, then
+    replaced."""
+
+    DIGEST_KEY = "last-handled-digest"
+
+    def __init__(self, *, prefix: str, progress: kopf.ProgressStorage) -> None:
+        super().__init__(prefix=prefix, key="last-handled-configuration")
+        self._progress = progress
+
+    def _digest(self, essence: Any) -> str:
+        cleared = self._progress.clear(essence=essence)
+        encoded = json.dumps(cleared, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(encoded.encode()).hexdigest()
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        annotations = body.metadata.annotations
+        stored = next(
+            (
+                annotations[k]
+                for k in self.make_keys(self.DIGEST_KEY, body=body)
+                if k in annotations
+            ),
+            None,
+        )
+        if stored is None:
+            return super().fetch(body=body)  # an earlier version's copy, or nothing: a creation
+        current = self.build(body=body)
+        return current if stored.strip() == self._digest(current) else {}
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        for key in self.make_keys(self.DIGEST_KEY, body=body):
+            patch.metadata.annotations[key] = self._digest(essence)
+        for key in self.make_keys(self.key, body=body):
+            if key in body.metadata.annotations:
+                patch.metadata.annotations[key] = None  # the earlier version's full copy
+        self._store_marker(prefix=self.prefix, patch=patch, body=body)
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        self.remove_annotations(essence, set(self.make_keys(self.DIGEST_KEY, body=body)))
+        self.remove_empty_stanzas(essence)
+        return essence
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **_: Any) -> None:
     """Keeps Kopf's bookkeeping out of `status` and its log lines out of the event stream."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=models.GROUP, key="last-handled-configuration"
+    progress = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
+    settings.persistence.progress_storage = progress
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(
+        prefix=models.GROUP, progress=progress
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
@@ -191,7 +247,8 @@ def _run(
             if outcome.apply_failure is not None:
                 delay = _backoff.failed(key)
                 raise kopf.TemporaryError(
-                    f"{outcome.apply_failure}; retrying in {delay:.0f}s", delay=delay
+                    clip(f"{outcome.apply_failure}; retrying in {delay:.0f}s", ERROR_LIMIT),
+                    delay=delay,
                 )
             _backoff.succeeded(key)
             if not outcome.progressed:
@@ -243,7 +300,8 @@ def reconcile_llm_deployment(
     except _NotDue as early:  # the resync retried it meanwhile: wait out its back-off
         raise kopf.TemporaryError(str(early), delay=early.remaining) from None
     if outcome.invalid is not None:
-        raise kopf.PermanentError(f"Invalid spec: {outcome.invalid}")
+        # Kopf keeps the message in an annotation: bounded, the whole text is in the status.
+        raise kopf.PermanentError(clip(f"Invalid spec: {outcome.invalid}", ERROR_LIMIT))
 
 
 @kopf.on.startup()

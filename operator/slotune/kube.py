@@ -244,7 +244,11 @@ class Kube:
         """Replaces the object (PUT). With `metadata.resourceVersion` set, the server refuses
         (409) when someone changed it since that version was read."""
         result: dict[str, Any] = self._call(
-            "PUT", Ref.of(obj).path(), body=obj, content_type="application/json"
+            "PUT",
+            Ref.of(obj).path(),
+            body=obj,
+            content_type="application/json",
+            query=[("fieldManager", FIELD_MANAGER)],
         )
         return result
 

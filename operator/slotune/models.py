@@ -273,20 +273,27 @@ class EngineArgs(ApiModel):
 AttentionBackend = Literal["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "CPU_ATTN"]
 
 
+FreeForm = Annotated[
+    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+]
+
+
 class EngineVar(ApiModel):
     """An environment variable for the engine container."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    value: str = ""
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = Field(default="", max_length=16384)
 
 
 class EngineSpec(ApiModel):
     """The vLLM engine: image, typed settings and pass-through flags."""
 
-    image: str = Field(default=DEFAULT_ENGINE_IMAGE, min_length=1, description="vLLM image.")
+    image: str = Field(
+        default=DEFAULT_ENGINE_IMAGE, min_length=1, max_length=512, description="vLLM image."
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     args: EngineArgs = Field(default_factory=EngineArgs)
-    extra_args: list[str] = Field(
+    extra_args: list[Annotated[str, Field(max_length=16384)]] = Field(
         default_factory=list,
         max_length=128,
         description="Further vLLM flags, passed as they are. A flag slotune manages (the "
@@ -297,6 +304,11 @@ class EngineSpec(ApiModel):
         default="FLASH_ATTN",
         description="Attention backend the engine will use; decides which block sizes "
         "are valid (FLASH_ATTN and TRITON_ATTN: multiples of 16; CPU_ATTN: multiples of 32).",
+    )
+    security_context: FreeForm = Field(
+        default_factory=dict,
+        description="The engine container's securityContext, as written (for PSA restricted: "
+        "allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}).",
     )
     shm_size: str = Field(
         default="2Gi",
@@ -323,18 +335,15 @@ class ResourceSpec(ApiModel):
     memory: str | None = Field(default=None, pattern=_QUANTITY, description="Memory request.")
 
 
-FreeForm = Annotated[
-    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-]
 
 
 class SchedulingSpec(ApiModel):
     """Pod placement, passed through to the serving pods as written."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[FreeForm] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    tolerations: list[FreeForm] = Field(default_factory=list, max_length=64)
     affinity: FreeForm = Field(default_factory=dict)
-    priority_class_name: str | None = None
+    priority_class_name: str | None = Field(default=None, max_length=253)
 
 
 # --- SLO ----------------------------------------------------------------------------------
@@ -591,6 +600,12 @@ class LLMDeploymentSpec(ApiModel):
     resources: ResourceSpec = Field(default_factory=ResourceSpec)
     replicas: int = Field(default=1, ge=0, le=1000)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    pod_security_context: FreeForm = Field(
+        default_factory=dict,
+        description="The serving and trial pods' securityContext, as written (for PSA "
+        "restricted: runAsNonRoot with a runAsUser the image can run as, and seccompProfile "
+        "RuntimeDefault).",
+    )
     slo: SloSpec | None = None
     tuning: TuningSpec = Field(default_factory=TuningSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
@@ -840,6 +855,11 @@ class LLMDeploymentStatus(StatusModel):
     active_config: ActiveConfig | None = None
     tuning: TuningStatus | None = None
     gpu: GpuStatus | None = None
+    serving_spec: FreeForm | None = Field(
+        default=None,
+        description="The last valid spec, which the children run: while `spec` is invalid, "
+        "they are kept at (and repaired to) this one.",
+    )
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)

@@ -121,6 +121,9 @@ def reconcile(
     study: tuning.Result | None = None
     conflicts: list[str] = []
     apply_failure: str | None = None
+    events: list[Event] = []
+    serving_spec = previous.serving_spec
+    has_pod_monitor = False
     if spec is not None and not problems:
         has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
         if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
@@ -151,9 +154,17 @@ def reconcile(
         )
         serving = render.with_params(spec, study.overlay)
         deployment, rejected, apply_failure = _apply_or_explain(
-            owner, serving, kube, has_pod_monitor, deployment
+            owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
         )
         problems += rejected
+        if not rejected:
+            serving_spec = body.get("spec") or {}
+    elif problems and serving_spec:
+        # The spec is invalid: the children are kept at the last good one, and repaired to it
+        # when they are scaled, edited or deleted meanwhile.
+        deployment, apply_failure = _keep_last_good(
+            owner, serving_spec, previous, kube, deployment, events=events
+        )
 
     active_args, active_hash = _active_config(deployment)
     observation = Observation(
@@ -170,9 +181,10 @@ def reconcile(
         monitoring_rows=watch.rows if watch else [],
         slo=watch.slo if watch else previous.slo,
         gpu=watch.gpu if watch else previous.gpu,
+        serving_spec=serving_spec,
     )
     current = settle_figures(previous, compute_status(observation, previous, now), now)
-    outcome = Outcome(status=current, events=transitions(previous, current), spec=spec)
+    outcome = Outcome(status=current, events=transitions(previous, current) + events, spec=spec)
     if study is not None:
         outcome.events += study.events
         outcome.progressed = study.progressed
@@ -187,18 +199,49 @@ def reconcile(
     return outcome
 
 
+def _keep_last_good(
+    owner: render.Owner,
+    serving_spec: dict[str, Any],
+    previous: LLMDeploymentStatus,
+    kube: Kube,
+    deployment: dict[str, Any] | None,
+    *,
+    events: list[Event],
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Applies the children of the last good spec, with the tuned settings it was promoted
+    with: the Deployment as it now is, and a failure to retry. Nothing is applied when that
+    spec no longer passes the rules (an operator upgrade tightened one) or a child's name is
+    taken by someone else's object."""
+    last_good, problems = parse_spec(serving_spec)
+    if last_good is None or problems:
+        return deployment, None
+    has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
+    if _conflicts(owner, last_good, kube, deployment, has_pod_monitor):
+        return deployment, None
+    serving = render.with_params(last_good, tuning.serving_overlay(previous.tuning))
+    deployment, _, apply_failure = _apply_or_explain(
+        owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
+    )
+    return deployment, apply_failure
+
+
 def _apply_or_explain(
     owner: render.Owner,
     spec: LLMDeploymentSpec,
     kube: Kube,
-    has_pod_monitor: bool,
     deployment: dict[str, Any] | None,
+    *,
+    has_pod_monitor: bool,
+    events: list[Event],
 ) -> tuple[dict[str, Any] | None, list[str], str | None]:
     """Applies the children: the Deployment as it now is, the problems of a rendered object the
     server rejected as invalid (fixed by editing the spec), and a failure to retry (any other
-    error answer: a quota, a full Service range, a webhook, a 5xx)."""
+    error answer: a quota, a full Service range, a webhook, a 5xx). Drift taken back is added
+    to `events`."""
     try:
-        return _apply_children(owner, spec, kube, has_pod_monitor) or deployment, [], None
+        applied = _apply_children(
+            owner, spec, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
+        )
     except ChildApplyError as failed:
         exc = failed.error
         if exc.rejected:
@@ -206,16 +249,29 @@ def _apply_or_explain(
         if exc.status == 0:
             raise exc from None  # no API server to write a status to either
         return failed.deployment or deployment, [], str(failed)
+    return applied or deployment, [], None
 
 
 def _apply_children(
-    owner: render.Owner, spec: LLMDeploymentSpec, kube: Kube, has_pod_monitor: bool
+    owner: render.Owner,
+    spec: LLMDeploymentSpec,
+    kube: Kube,
+    live_deployment: dict[str, Any] | None,
+    *,
+    has_pod_monitor: bool,
+    events: list[Event],
 ) -> dict[str, Any] | None:
-    """Applies every child; returns the Deployment as the server now has it. Raises
-    `ChildApplyError` for the first child the server answers with an error."""
+    """Applies every child, after taking back what others added to the lists slotune renders
+    whole; returns the Deployment as the server now has it. Raises `ChildApplyError` for the
+    first child the server answers with an error."""
     deployment: dict[str, Any] | None = None
     for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
         try:
+            live = live_deployment if child["kind"] == "Deployment" else None
+            if child["kind"] == "Service":
+                live = kube.get(Ref.of(child))
+            if live is not None:
+                _take_back_drift(child, live, kube, events)
             applied = kube.apply(child)
         except KubeError as exc:
             raise ChildApplyError(child, exc, deployment) from exc
@@ -228,6 +284,32 @@ def _apply_children(
         if existing is not None and _owned_by(existing, owner):
             kube.delete(ref)
     return deployment
+
+
+def _take_back_drift(
+    child: dict[str, Any], live: dict[str, Any], kube: Kube, events: list[Event]
+) -> None:
+    """Removes the entries others added to a list slotune renders whole (a container, an env
+    var, a Service port edited in place), which server-side apply would leave beside
+    slotune's. A replacement that meets a newer version (409) is left to the next reconcile."""
+    foreign = render.foreign_entries(child, live)
+    if not foreign:
+        return
+    try:
+        kube.replace(render.taken_back(child, live))
+    except KubeError as exc:
+        if exc.status == 409:
+            return
+        raise
+    ref = Ref.of(child)
+    events.append(
+        Event(
+            "Warning",
+            "DriftRepaired",
+            f"took back from {ref.kind} {ref.namespace}/{ref.name} what slotune does not render "
+            f"there: {', '.join(foreign)}",
+        )
+    )
 
 
 def _conflicts(

@@ -224,6 +224,8 @@ def render_deployment(
     }
     if spec.engine.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.engine.image_pull_policy
+    if spec.engine.security_context:
+        container["securityContext"] = dict(spec.engine.security_context)
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
@@ -238,6 +240,8 @@ def render_deployment(
         pod_spec["affinity"] = dict(scheduling.affinity)
     if scheduling.priority_class_name:
         pod_spec["priorityClassName"] = scheduling.priority_class_name
+    if spec.pod_security_context:
+        pod_spec["securityContext"] = dict(spec.pod_security_context)
 
     labels = child_labels(owner, spec)
     template_meta: dict[str, Any] = {"labels": labels}
@@ -311,6 +315,77 @@ def render_children(
     if with_monitor:
         children.append(render_pod_monitor(owner, spec))
     return children
+
+
+# --- drift ----------------------------------------------------------------------------------
+
+# The lists slotune renders whole, with what identifies an entry. An entry of the live object's
+# that slotune did not render (a container or env var added by hand, a Service port edited in
+# place, which server-side apply would keep beside slotune's own) is drift: it is taken back.
+# What else others add (labels, annotations, volumes, tolerations) stays theirs.
+_WHOLE_LISTS: dict[str, list[tuple[tuple[str, ...], str]]] = {
+    "Deployment": [
+        (("spec", "template", "spec", "containers"), "container"),
+        (("spec", "template", "spec", "initContainers"), "init container"),
+    ],
+    "Service": [(("spec", "ports"), "port")],
+}
+
+
+def _at(obj: dict[str, Any], path: tuple[str, ...]) -> list[dict[str, Any]]:
+    for part in path:
+        obj = obj.get(part) or {}
+    return obj if isinstance(obj, list) else []
+
+
+def _entry_key(what: str, entry: dict[str, Any]) -> object:
+    if what == "port":  # a Service port is identified by its number and protocol
+        return (entry.get("port"), entry.get("protocol", "TCP"))
+    return entry.get("name")
+
+
+def _entry_label(what: str, entry: dict[str, Any]) -> str:
+    if what == "port":
+        return f"port {entry.get('name', '')}:{entry.get('port')}/{entry.get('protocol', 'TCP')}"
+    return f"{what} {entry.get('name')}"
+
+
+def foreign_entries(rendered: dict[str, Any], live: dict[str, Any]) -> list[str]:
+    """What the live child holds, in a list slotune renders whole, that slotune did not render:
+    `container sidecar`, `env var DEBUG of container vllm`, `port http:9000/TCP`."""
+    found = []
+    for path, what in _WHOLE_LISTS.get(rendered.get("kind", ""), []):
+        mine = {_entry_key(what, e): e for e in _at(rendered, path)}
+        for entry in _at(live, path):
+            ours = mine.get(_entry_key(what, entry))
+            if ours is None:
+                found.append(_entry_label(what, entry))
+                continue
+            own_env = {v.get("name") for v in ours.get("env") or []}
+            found += [
+                f"env var {v.get('name')} of {what} {entry.get('name')}"
+                for v in entry.get("env") or []
+                if v.get("name") not in own_env
+            ]
+    return found
+
+
+def taken_back(rendered: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """The live child with every list slotune renders whole set to what slotune renders: a
+    replacement (PUT) that keeps the live `resourceVersion`, so it fails rather than overwrite
+    a newer edit."""
+    restored: dict[str, Any] = json.loads(json.dumps(live))
+    restored.pop("status", None)
+    restored.get("metadata", {}).pop("managedFields", None)  # omitted: the server keeps them
+    for path, _ in _WHOLE_LISTS.get(rendered.get("kind", ""), []):
+        source, target = rendered, restored
+        for part in path[:-1]:
+            source, target = source.get(part) or {}, target.setdefault(part, {})
+        if path[-1] in source:
+            target[path[-1]] = json.loads(json.dumps(source[path[-1]]))
+        else:
+            target.pop(path[-1], None)
+    return restored
 
 
 # --- tuning ---------------------------------------------------------------------------------
@@ -452,6 +527,11 @@ def render_load_job(
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
+                    # Runs under PSA restricted: non-root, the runtime's seccomp profile.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     # The root is read-only; anything that writes a temporary file gets /tmp.
                     "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
                     "containers": [

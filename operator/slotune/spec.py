@@ -7,6 +7,7 @@ refuse it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,8 +37,22 @@ def _is_kv_cache_dtype(loc: tuple[int | str, ...]) -> bool:
     return bool(names) and names[-1] == "kvCacheDtype"
 
 
+# The largest spec served, as compact JSON. Real ones are a few KiB; the schema bounds most
+# fields, but free-form ones (affinity, tolerations) are bounded only here. The children, the
+# status (which keeps the last good spec) and an object's annotations then stay far below the
+# API server's limits (256 KiB of annotations, 1.5 MiB per object).
+MAX_SPEC_BYTES = 64 * 1024
+
+
 def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]]:
     """The spec, and the reasons it cannot be served (empty when it can)."""
+    size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_SPEC_BYTES:
+        largest = max(raw, key=lambda k: len(json.dumps(raw[k])), default="")
+        return None, [
+            f"spec: {size / 1024:.0f} KiB, more than slotune serves ({MAX_SPEC_BYTES // 1024} "
+            f"KiB); its largest part is spec.{largest}"
+        ]
     try:
         spec = LLMDeploymentSpec.model_validate(raw)
     except ValidationError as error:

@@ -92,6 +92,7 @@ class Observation:
     monitoring_rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, ...
     slo: SloStatus | None = None
     gpu: GpuStatus | None = None
+    serving_spec: dict[str, Any] | None = None  # the last valid spec, which the children run
 
 
 def merge_condition(
@@ -162,14 +163,34 @@ def _serving_conditions(
     return phase, rows
 
 
+# Status text is bounded: a problem may quote what the user wrote, and an object (spec,
+# status and Kopf's annotations together) must stay well under the API server's limits.
+CONDITION_MESSAGE_LIMIT = 4096
+SUMMARY_LIMIT = 512
+
+
+def clip(text: str, limit: int) -> str:
+    """`text`, or its start and how much was left out when it is longer than `limit`."""
+    if len(text) <= limit:
+        return text
+    kept = max(limit - 40, 0)  # room for the note
+    return f"{text[:kept]}... ({len(text) - kept} more characters)"
+
+
 def _blocked_conditions(reason: str, why: list[str], waiting_for: str) -> list[ConditionRow]:
-    """Nothing can be served until the user acts: an invalid spec, or a name that is taken."""
-    message = "; ".join(why)
+    """Nothing can be served until the user acts: an invalid spec, or a name that is taken.
+    The reasons are written once, in Ready; Degraded points there."""
     return [
-        (ConditionType.READY, "False", reason, message),
+        (ConditionType.READY, "False", reason, clip("; ".join(why), CONDITION_MESSAGE_LIMIT)),
         (ConditionType.PROGRESSING, "False", reason, waiting_for),
-        (ConditionType.DEGRADED, "True", reason, message),
+        (ConditionType.DEGRADED, "True", reason, "see the Ready condition"),
     ]
+
+
+def _summary(prefix: str, why: list[str]) -> str:
+    """The status message: the first reason, and how many more the Ready condition lists."""
+    more = f" (and {len(why) - 1} more in the Ready condition)" if len(why) > 1 else ""
+    return clip(f"{prefix}{why[0]}", SUMMARY_LIMIT - len(more)) + more
 
 
 def _feature_conditions(spec: LLMDeploymentSpec, observation: Observation) -> list[ConditionRow]:
@@ -205,23 +226,24 @@ def compute_status(
         phase = Phase.INVALID
         rows = _blocked_conditions("InvalidSpec", observation.problems, "fix the spec to continue")
         active = previous.active_config
-        message = "Invalid spec: " + "; ".join(observation.problems)
+        message = _summary("Invalid spec: ", observation.problems)
     elif observation.conflicts:
         phase = Phase.DEGRADED
         rows = _blocked_conditions(
             "ChildConflict", observation.conflicts, "waiting for the name to be free"
         )
         active = previous.active_config
-        message = "Not deployed: " + "; ".join(observation.conflicts)
+        message = _summary("Not deployed: ", observation.conflicts)
     else:
         phase, rows = _serving_conditions(serving, dep, observation.config_hash)
         if observation.apply_failure:
             # What runs keeps running; the condition names the child and the server's answer.
+            failure = clip(f"{observation.apply_failure}; retrying", CONDITION_MESSAGE_LIMIT)
             phase = Phase.DEGRADED
             rows = [
                 row
                 if row[0] != ConditionType.DEGRADED
-                else (row[0], "True", "ApplyFailed", f"{observation.apply_failure}; retrying")
+                else (row[0], "True", "ApplyFailed", failure)
                 for row in rows
             ]
         rows += _feature_conditions(serving, observation)
@@ -230,7 +252,7 @@ def compute_status(
         active = ActiveConfig(args=observation.active_args, hash=observation.config_hash)
         message = rows[0][3]
         if observation.apply_failure:
-            message = f"{observation.apply_failure}; retrying"
+            message = clip(f"{observation.apply_failure}; retrying", SUMMARY_LIMIT)
 
     conditions = [
         merge_condition(previous.conditions, row, generation=observation.generation, now=now)
@@ -259,6 +281,7 @@ def compute_status(
         active_config=active,
         tuning=tuning,
         gpu=observation.gpu,
+        serving_spec=observation.serving_spec,
     )
 
 

@@ -87,7 +87,7 @@ class Result:
     progressed: bool = False  # another step can be taken right away
 
 
-def _overlay(tuning: TuningStatus | None, strategy: str = "Canary") -> dict[str, Any]:
+def serving_overlay(tuning: TuningStatus | None, strategy: str = "Canary") -> dict[str, Any]:
     """The tuned params the serving Deployment runs: the promoted ones, or with strategy
     InPlace the trial's own while one is deployed."""
     if tuning is None:
@@ -167,10 +167,10 @@ class Study:
             "Held",
             "Prometheus is unreachable: holding still until it answers again",
         )
-        return Result(previous, _overlay(previous, self.spec.tuning.strategy), row)
+        return Result(previous, serving_overlay(previous, self.spec.tuning.strategy), row)
 
     def _result(self, tuning: TuningStatus, *, progressed: bool = False) -> Result:
-        overlay = _overlay(tuning, self.spec.tuning.strategy)
+        overlay = serving_overlay(tuning, self.spec.tuning.strategy)
         return Result(tuning, overlay, _row(tuning), self.events, progressed)
 
     # -- studies -------------------------------------------------------------------------------
@@ -505,7 +505,7 @@ class Study:
 
     def _promote(self, tuning: TuningStatus, winner: TrialRecord, *, done: str = "") -> Result:
         serving_now = render.config_hash(
-            self.owner, render.with_params(self.spec, _overlay(tuning))
+            self.owner, render.with_params(self.spec, serving_overlay(tuning))
         )
         target = render.config_hash(self.owner, render.with_params(self.spec, winner.params))
         if target == serving_now:

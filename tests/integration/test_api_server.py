@@ -68,6 +68,23 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
             {"engine": {"chunkedPrefillSize": 4096}},
             'unknown field "spec.engine.chunkedPrefillSize"',
         ),
+        # Bounded fields (#14): no field alone can carry a spec past what an object holds
+        (
+            {"engine": {"extraArgs": ["--chat-template", "x" * 20_000]}},
+            "spec.engine.extraArgs[1]: Too long: may not be more than 16384",
+        ),
+        (
+            {"engine": {"env": [{"name": "BIG", "value": "v" * 20_000}]}},
+            "spec.engine.env[0].value: Too long: may not be more than 16384",
+        ),
+        (
+            {"engine": {"extraArgs": ["--enable-log-requests"] * 129}},
+            "spec.engine.extraArgs: Too many: 129: must have at most 128 items",
+        ),
+        (
+            {"scheduling": {"tolerations": [{"operator": "Exists"}] * 65}},
+            "spec.scheduling.tolerations: Too many: 65: must have at most 64 items",
+        ),
     ],
 )
 def test_invalid_specs_are_rejected_by_the_server(
@@ -95,3 +112,42 @@ def test_a_name_its_service_cannot_take_is_rejected_by_the_server(
     assert "metadata.name must be a DNS-1035 label" in result.stderr
     accepted = cluster.apply(llmd("llama-3-1-8b", "default"), "--dry-run=server")
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_with_watch_namespaces_the_operator_holds_nothing_outside_them(cluster: Cluster) -> None:
+    """The chart's namespace-scoped RBAC (watchNamespaces set), on the real API server's
+    authorizer: everything the operator does inside the watched namespace, nothing of it in
+    another one (kube-system), and cluster-wide only list/watch of CRDs."""
+    cluster.kubectl("create", "namespace", "scoped-system")
+    cluster.kubectl("create", "namespace", "team-a")
+    rendered = cluster.helm(
+        "template", "scoped", str(ROOT / "charts" / "slotune"),
+        "--namespace", "scoped-system", "--set", "watchNamespaces={team-a}",
+        "--show-only", "templates/serviceaccount.yaml",
+        "--show-only", "templates/clusterrole.yaml",
+        "--show-only", "templates/clusterrolebinding.yaml",
+    )  # fmt: skip
+    applied = cluster.apply(rendered)
+    assert applied.returncode == 0, applied.stderr
+    account = "system:serviceaccount:scoped-system:scoped-slotune"
+
+    def can(verb: str, resource: str, namespace: str | None = None) -> bool:
+        where = ["-n", namespace] if namespace else ["--all-namespaces"]
+        answer = cluster.kubectl(
+            "auth", "can-i", verb, resource, "--as", account, *where, check=False
+        )
+        return answer.stdout.strip() == "yes"
+
+    for verb, resource in [
+        ("create", "deployments.apps"),
+        ("delete", "pods"),
+        ("create", "jobs.batch"),
+        ("patch", "configmaps"),
+        ("watch", "llmdeployments.slotune.dev"),
+        ("patch", "llmdeployments.slotune.dev/status"),
+    ]:
+        assert can(verb, resource, "team-a"), f"{verb} {resource} in team-a"
+        assert not can(verb, resource, "kube-system"), f"{verb} {resource} in kube-system"
+        assert not can(verb, resource), f"{verb} {resource} cluster-wide"
+    assert can("watch", "customresourcedefinitions.apiextensions.k8s.io")
+    assert not can("get", "secrets", "team-a")

@@ -178,6 +178,154 @@ def test_restores_a_deleted_service_and_a_hand_edited_deployment(
     )
 
 
+def test_takes_back_what_others_add_to_the_lists_it_renders(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """A Service port edited in place (server-side apply would keep it beside slotune's, and
+    the server then refuses the duplicate name), and a container and an env var added to the
+    Deployment by hand: each is taken back, with an event naming it."""
+    assert cluster.apply(llmd("hand", namespace)).returncode == 0
+    wait_for("the Service", lambda: cluster.get("service", "hand", namespace))
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "hand", namespace))
+
+    port = [{"op": "replace", "path": "/spec/ports/0/port", "value": 9000}]
+    edit = cluster.kubectl(
+        "patch", "service", "hand", "-n", namespace, "--type=json", "-p", json.dumps(port)
+    )
+    assert edit.returncode == 0, edit.stderr
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    engine = {
+        **containers[0],
+        "env": [*containers[0].get("env", []), {"name": "DEBUG", "value": "1"}],
+    }
+    sidecar = {"name": "sidecar", "image": "busybox", "command": ["sleep", "1d"]}
+    patch = {"spec": {"template": {"spec": {"containers": [engine, sidecar]}}}}
+    edit = cluster.kubectl(
+        "patch", "deployment", "hand", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+    )
+    assert edit.returncode == 0, edit.stderr
+
+    wait_for(
+        "the Service's port back at 8000, alone",
+        lambda: (
+            (svc := cluster.get("service", "hand", namespace))
+            and [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("http", 8000)]
+        ),
+    )
+
+    def restored() -> dict[str, Any] | None:
+        d = cluster.get("deployment", "hand", namespace)
+        spec = d["spec"]["template"]["spec"] if d else {}
+        names = [c["name"] for c in spec.get("containers", [])]
+        env = {v["name"] for v in engine_container(d).get("env", [])} if d else {"DEBUG"}
+        return d if names == ["vllm"] and "DEBUG" not in env else None
+
+    after = wait_for("the sidecar and DEBUG taken back", restored)
+    assert engine_container(after)["args"] == engine_container(dep)["args"]
+    obj = cluster.get("llmd", "hand", namespace)
+    assert obj is not None
+    assert obj["status"]["phase"] != "Invalid", obj["status"].get("message")
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    notes = [e["message"] for e in json.loads(events)["items"] if e["reason"] == "DriftRepaired"]
+    assert any(f"Service {namespace}/hand" in n and "port http:9000/TCP" in n for n in notes)
+    assert any("container sidecar" in n and "env var DEBUG of container vllm" in n for n in notes)
+
+
+def test_keeps_the_children_at_the_last_good_spec_while_the_spec_is_invalid(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """After a bad edit the Deployment keeps serving; scaled or deleted meanwhile, it is put
+    back to the last good spec, while the status still says what to fix."""
+    good = llmd("keep", namespace)
+    assert cluster.apply(good).returncode == 0
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "keep", namespace))
+    bad = llmd("keep", namespace, replicas=2)
+    bad["spec"]["engine"]["extraArgs"] = ["--swap-space", "4"]
+    assert cluster.apply(bad).returncode == 0
+    wait_for(
+        "Invalid",
+        lambda: (o := cluster.get("llmd", "keep", namespace)) and o["status"]["phase"] == "Invalid",
+    )
+
+    cluster.kubectl("scale", "deployment", "keep", "-n", namespace, "--replicas=3")
+    wait_for(
+        "the scale undone",
+        lambda: (d := cluster.get("deployment", "keep", namespace)) and d["spec"]["replicas"] == 1,
+    )
+    cluster.kubectl("delete", "deployment", "keep", "-n", namespace, "--wait=true")
+    back = wait_for(
+        "the Deployment recreated at the last good spec",
+        lambda: (
+            (d := cluster.get("deployment", "keep", namespace))
+            and d["metadata"]["uid"] != dep["metadata"]["uid"]
+            and d
+        ),
+    )
+    assert engine_container(back)["args"] == engine_container(dep)["args"]
+    assert back["spec"]["replicas"] == 1
+    obj = cluster.get("llmd", "keep", namespace)
+    assert obj is not None
+    assert obj["status"]["phase"] == "Invalid"
+    assert "--swap-space does not exist in vLLM" in condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert obj["status"]["servingSpec"]["engine"] == good["spec"]["engine"]  # the bad edit's not
+
+    # Fixed, the new spec is served and becomes the last good one.
+    bad["spec"]["engine"]["extraArgs"] = []
+    assert cluster.apply(bad).returncode == 0
+    wait_for(
+        "two replicas",
+        lambda: (d := cluster.get("deployment", "keep", namespace)) and d["spec"]["replicas"] == 2,
+    )
+    wait_for(
+        "servingSpec updated",
+        lambda: (
+            (o := cluster.get("llmd", "keep", namespace))
+            and o["status"].get("servingSpec", {}).get("replicas") == 2
+        ),
+    )
+
+
+def test_a_spec_too_large_to_serve_gets_a_condition_and_stays_deletable(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """300 KB of affinity (free-form, so the schema cannot bound it; server-side apply takes
+    it, and so would Argo CD): a condition naming the size, Kopf's bookkeeping stays small,
+    and the object deletes."""
+    big = llmd("huge", namespace)
+    terms = [
+        {"matchExpressions": [{"key": f"zone-{i}", "operator": "In", "values": ["x" * 900]}]}
+        for i in range(330)
+    ]
+    big["spec"]["scheduling"] = {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms
+        }}}
+    }  # fmt: skip
+    applied = cluster.apply(big, "--server-side")
+    assert applied.returncode == 0, applied.stderr
+    obj = wait_for(
+        "an InvalidSpec condition",
+        lambda: (
+            (o := cluster.get("llmd", "huge", namespace))
+            and (c := condition(o, "Ready"))
+            and c["reason"] == "InvalidSpec"
+            and o
+        ),
+    )
+    message = condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert "KiB, more than slotune serves (64 KiB); its largest part is spec.scheduling" in message
+    assert len(obj["status"]["message"]) <= 512
+    assert cluster.get("deployment", "huge", namespace) is None
+    kopf_notes = {
+        k: v for k, v in obj["metadata"].get("annotations", {}).items() if "slotune.dev/" in k
+    }
+    assert "slotune.dev/last-handled-configuration" not in kopf_notes
+    assert sum(len(v) for v in kopf_notes.values()) < 4096, kopf_notes
+    deleted = cluster.kubectl("delete", "llmd", "huge", "-n", namespace, "--timeout=60s")
+    assert deleted.returncode == 0, deleted.stderr
+    assert cluster.get("llmd", "huge", namespace) is None
+
+
 def test_never_takes_over_an_object_it_does_not_own(
     cluster: Cluster, operator: OperatorProcess, namespace: str
 ) -> None:
@@ -481,3 +629,49 @@ def test_a_child_the_server_refuses_becomes_a_condition_and_retries_back_off(
         ),
         timeout=60,
     )
+
+
+def test_serves_in_a_namespace_that_enforces_the_restricted_pod_security_standard(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """PSA restricted refuses the serving pods until the spec sets a securityContext that
+    meets it; then the ReplicaSet creates them."""
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    assert cluster.apply(llmd("psa", namespace)).returncode == 0
+    status = wait_for(
+        "the refusal as a condition",
+        lambda: (
+            (o := cluster.get("llmd", "psa", namespace))
+            and (c := condition(o, "Degraded"))
+            and c["reason"] == "RolloutFailed"
+            and o["status"]
+        ),
+        timeout=90,
+    )
+    assert "violates PodSecurity" in condition({"status": status}, "Degraded")["message"]  # type: ignore[index]
+
+    restricted = llmd(
+        "psa",
+        namespace,
+        podSecurityContext={
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    )
+    restricted["spec"]["engine"]["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert cluster.apply(restricted).returncode == 0
+
+    def serving_pods() -> list[dict[str, Any]]:
+        listed = cluster.kubectl(
+            "get", "pods", "-n", namespace, "-l", "slotune.dev/llmdeployment=psa", "-o", "json"
+        )
+        return json.loads(listed.stdout)["items"]  # type: ignore[no-any-return]
+
+    pods = wait_for("a serving pod admitted", serving_pods, timeout=90)
+    assert pods[0]["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

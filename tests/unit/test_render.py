@@ -1,5 +1,6 @@
 """Rendering an LLMDeployment into its Deployment, Service and PodMonitor."""
 
+import json
 from typing import Any
 
 import pytest
@@ -173,3 +174,61 @@ def test_pod_monitor_or_scrape_annotations(
     assert ("annotations" in template) is annotated
     if annotated:
         assert template["annotations"]["prometheus.io/scrape"] == "true"
+
+
+def test_what_others_add_to_a_rendered_list_is_named_and_taken_back() -> None:
+    """Drift: a container or env var added by hand, a Service port edited in place."""
+    dep = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
+    live = json.loads(json.dumps(dep))
+    live["metadata"].update(resourceVersion="7", managedFields=[{"manager": "kubectl"}])
+    live["status"] = {"replicas": 1}
+    pod = live["spec"]["template"]["spec"]
+    pod["containers"][0]["env"].append({"name": "DEBUG", "value": "1"})
+    pod["containers"].append({"name": "sidecar", "image": "busybox"})
+    pod["tolerations"] = [{"operator": "Exists"}]  # not a list slotune renders whole: theirs
+    assert render.foreign_entries(dep, dep) == []
+    assert render.foreign_entries(dep, live) == [
+        "env var DEBUG of container vllm",
+        "container sidecar",
+    ]
+    back = render.taken_back(dep, live)
+    assert (
+        back["spec"]["template"]["spec"]["containers"]
+        == dep["spec"]["template"]["spec"]["containers"]
+    )
+    assert back["spec"]["template"]["spec"]["tolerations"] == [{"operator": "Exists"}]
+    assert back["metadata"]["resourceVersion"] == "7"  # a newer edit makes the PUT fail
+    assert "managedFields" not in back["metadata"]
+    assert "status" not in back
+    assert render.foreign_entries(dep, back) == []
+
+    svc = render.render_service(OWNER, spec())
+    edited = json.loads(json.dumps(svc))
+    edited["spec"]["ports"][0]["port"] = 9000
+    assert render.foreign_entries(svc, edited) == ["port http:9000/TCP"]
+    assert render.taken_back(svc, edited)["spec"]["ports"] == svc["spec"]["ports"]
+
+
+def test_the_spec_sets_the_serving_pods_security_context_and_the_load_job_is_restricted() -> None:
+    """Under PSA restricted: what the spec says on the serving and trial pods; the load Job is
+    non-root with the runtime's seccomp profile on its own."""
+    restricted = spec(
+        podSecurityContext={"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        engine={
+            "image": "vllm/vllm-openai:v0.32.0",
+            "securityContext": {"allowPrivilegeEscalation": False},
+        },
+    )
+    for pod in (
+        render.render_deployment(OWNER, restricted, annotate_for_scraping=True)["spec"]["template"][
+            "spec"
+        ],
+        render.render_trial_pod(OWNER, restricted, {}, 1, 1)["spec"],
+    ):
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert pod["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False}
+    plain = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
+    assert "securityContext" not in plain["spec"]["template"]["spec"]

@@ -4,9 +4,12 @@ from datetime import UTC, datetime, timedelta
 
 from slotune import models
 from slotune.status import (
+    CONDITION_MESSAGE_LIMIT,
     FIGURES_REFRESH,
+    SUMMARY_LIMIT,
     DeploymentState,
     Observation,
+    clip,
     compute_status,
     settle_figures,
     transitions,
@@ -160,3 +163,20 @@ def test_a_verdict_or_anything_else_changing_is_written_at_once() -> None:
     assert settle_figures(first, violated, later) == violated
     one_down = monitored(later, 0.51, ready=1)
     assert settle_figures(first, one_down, later) == one_down
+
+
+def test_status_text_is_bounded_and_the_reasons_are_written_once() -> None:
+    """A long problem (it may quote what the user wrote) is clipped, saying how much was left
+    out; Degraded points to Ready instead of repeating it."""
+    problems = ["spec.engine.extraArgs[0]: " + "x" * 10_000, "spec.engine.env[0]: bad"]
+    status = compute_status(observe(ready=0, problems=problems), models.LLMDeploymentStatus(), T0)
+    ready = cond(status, "Ready")
+    assert len(ready.message) <= CONDITION_MESSAGE_LIMIT
+    kept = ready.message.split("... (")[0]
+    assert ready.message == f"{kept}... ({len('; '.join(problems)) - len(kept)} more characters)"
+    assert cond(status, "Degraded").message == "see the Ready condition"
+    assert status.message is not None
+    assert len(status.message) <= SUMMARY_LIMIT
+    assert status.message.startswith("Invalid spec: spec.engine.extraArgs[0]: xxx")
+    assert status.message.endswith("(and 1 more in the Ready condition)")
+    assert clip("short", 10) == "short"

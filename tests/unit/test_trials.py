@@ -223,3 +223,8 @@ def test_the_load_job_runs_the_operator_image_and_reports_through_its_terminatio
     assert "--measure-ceiling" in container["args"]
     assert job_obj["spec"]["backoffLimit"] == 0
     assert job_obj["metadata"]["name"] == "chat-load-1-4"
+    # PSA restricted, whatever the namespace enforces.
+    assert job_obj["spec"]["template"]["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }

@@ -237,3 +237,14 @@ def test_an_unknown_kv_cache_dtype_gets_the_nearest_real_one_and_its_backends(
     spec, problems = parse_spec({"model": {"name": "m"}, **where})
     assert spec is None
     assert any(p.startswith(fragment) for p in problems), problems
+
+
+def test_a_spec_larger_than_slotune_serves_is_refused_with_its_size_and_largest_part() -> None:
+    affinity = {"nodeAffinity": {"note": "x" * (70 * 1024)}}
+    spec, problems = parse_spec({"model": {"name": "m"}, "scheduling": {"affinity": affinity}})
+    assert spec is None
+    assert problems == [
+        "spec: 70 KiB, more than slotune serves (64 KiB); its largest part is spec.scheduling"
+    ]
+    near = {"nodeAffinity": {"note": "x" * (60 * 1024)}}
+    assert parse_spec({"model": {"name": "m"}, "scheduling": {"affinity": near}})[1] == []

@@ -22,3 +22,51 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "slotune.serviceAccountName" -}}
 {{- default (include "slotune.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
+
+{{/* What the operator does inside a namespace it serves (see clusterrole.yaml). */}}
+{{- define "slotune.namespacedRules" -}}
+# The resource itself: watch it, keep Kopf's bookkeeping annotations; never its spec.
+- apiGroups: ["slotune.dev"]
+  resources: ["llmdeployments"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["slotune.dev"]
+  resources: ["llmdeployments/status"]
+  verbs: ["get", "patch", "update"]
+# What an LLMDeployment becomes.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# Tuning: a trial's canary pod, the load Job that measures it (its result comes back as the
+# Job pod's termination message, in the pod's status), the serving pods a promotion is
+# checked on, and the ConfigMap that keeps a study's trial records.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
+# Events on transitions, for on-call engineers.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* What it needs cluster-wide whatever it serves. */}}
+{{- define "slotune.clusterRules" -}}
+# Kopf watches CRDs to notice the resources it serves appearing or going away.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end }}
