@@ -335,8 +335,6 @@ class ResourceSpec(ApiModel):
     memory: str | None = Field(default=None, pattern=_QUANTITY, description="Memory request.")
 
 
-
-
 class SchedulingSpec(ApiModel):
     """Pod placement, passed through to the serving pods as written."""
 
