@@ -355,7 +355,8 @@ def _listed(memo: Any) -> list[dict[str, Any]]:
 
 def _resync(body: dict[str, Any], memo: Any) -> None:
     meta = body["metadata"]
-    logger = logging.LoggerAdapter(log, {"object": f"{meta['namespace']}/{meta['name']}"})
+    # Kopf's formatter prefixes `[namespace/name]` to a record carrying k8s_ref.
+    logger = logging.LoggerAdapter(log, {"k8s_ref": {k: meta[k] for k in ("namespace", "name")}})
     try:
         _run(body, memo, logger, routine=True, listed=True)
     except _NotDue:  # Kopf's retry ran it meanwhile
@@ -419,6 +420,21 @@ def on_child_event(
         logger.warning("Could not reconcile the owner of %s yet: %s", body.metadata.name, exc)
 
 
+# Kopf logs each event handler's success at INFO: a line per watch event of every child and
+# LLMDeployment, most of the log at scale, saying nothing. What they do that matters (an event
+# posted, a status written) is logged by `_report`.
+_WATCH_HANDLERS = {"on_child_event", "on_llm_deployment_event"}
+
+
+def _quiet_watch_handlers(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (
+        record.levelno == logging.INFO
+        and message.endswith(" succeeded.")
+        and any(message == f"Handler {name!r} succeeded." for name in _WATCH_HANDLERS)
+    )
+
+
 def run(
     *,
     namespaces: list[str],
@@ -438,7 +454,8 @@ def run(
         _state["clock"] = clock
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = kubeconfig  # Kopf's own login reads it
-    kopf.configure(verbose=False)
+    kopf.configure(verbose=False, log_prefix=True)  # every object's line names it
+    logging.getLogger("kopf.objects").addFilter(_quiet_watch_handlers)
     elector = _lead(settings, liveness_endpoint)
     stop = threading.Event()
     if elector is not None:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -35,6 +36,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
+from slotune.engine.vllm import API_KEY_VAR
 from slotune.stats import mean, percentile
 
 Clock = Callable[[], float]
@@ -566,8 +568,12 @@ async def sender(
     target = completions_url(url)
     connector = aiohttp.TCPConnector(limit=0)  # a pool limit would hide queueing from the lag
     timeout = aiohttp.ClientTimeout(total=timeout_s)
+    # An engine started with an API key (VLLM_API_KEY, from the LLMDeployment's Secret) wants
+    # it on /v1; a trial's load Job has the same variable from the same Secret.
+    key = os.environ.get(API_KEY_VAR)
+    headers = {"Authorization": f"Bearer {key}"} if key else None
     async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, read_bufsize=_READ_BUFFER_BYTES
+        connector=connector, timeout=timeout, read_bufsize=_READ_BUFFER_BYTES, headers=headers
     ) as session:
 
         async def send(plan: PlannedRequest, start: float, scheduled_at: float) -> RequestResult:

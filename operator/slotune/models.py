@@ -285,8 +285,26 @@ class EngineVar(ApiModel):
     value: str = Field(default="", max_length=16384)
 
 
+_API_KEY_IN_ENV = (
+    "engine.env must not set VLLM_API_KEY: a key in a spec is readable by anyone who can read "
+    "the LLMDeployment; put it in a Secret and name it in engine.apiKeySecretRef"
+)
+
+
 class EngineSpec(ApiModel):
     """The vLLM engine: image, typed settings and pass-through flags."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.env) || self.env.all(e, e.name != 'VLLM_API_KEY')",
+                    _API_KEY_IN_ENV,
+                    ".env",
+                ),
+            ]
+        }
+    )
 
     image: str = Field(
         default=DEFAULT_ENGINE_IMAGE, min_length=1, max_length=512, description="vLLM image."
@@ -300,6 +318,11 @@ class EngineSpec(ApiModel):
         "typed args, --model, --port, --host, --served-model-name) is an error here.",
     )
     env: list[EngineVar] = Field(default_factory=list, max_length=64)
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="A Secret key holding the API key vLLM requires on /v1 (as VLLM_API_KEY); "
+        "trial load Jobs send it too. Never a plain --api-key in extraArgs.",
+    )
     attention_backend: AttentionBackend = Field(
         default="FLASH_ATTN",
         description="Attention backend the engine will use; decides which block sizes "
@@ -315,6 +338,12 @@ class EngineSpec(ApiModel):
         pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$",
         description="Size of the shared-memory volume mounted at /dev/shm.",
     )
+
+    @model_validator(mode="after")
+    def _no_key_in_plain_text(self) -> EngineSpec:
+        if any(var.name == "VLLM_API_KEY" for var in self.env):
+            raise ValueError(_API_KEY_IN_ENV)
+        return self
 
 
 # --- resources and scheduling -------------------------------------------------------------

@@ -132,21 +132,21 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def _from_secret(name: str, ref: models.SecretKeyRef) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def _api_key_env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
+    ref = spec.engine.api_key_secret_ref
+    return [_from_secret(vllm.API_KEY_VAR, ref)] if ref is not None else []
+
+
 def _env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": f"{CACHE_MOUNT}/huggingface"}]
     hf = spec.model.source.hugging_face
     if hf is not None and hf.token_secret_ref is not None:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {
-                    "secretKeyRef": {
-                        "name": hf.token_secret_ref.name,
-                        "key": hf.token_secret_ref.key,
-                    }
-                },
-            }
-        )
+        env.append(_from_secret("HF_TOKEN", hf.token_secret_ref))
+    env += _api_key_env(spec)
     env += [{"name": var.name, "value": var.value} for var in spec.engine.env]
     return env
 
@@ -543,6 +543,7 @@ def render_load_job(
                             "terminationMessagePath": TERMINATION_LOG,
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                             "resources": {"requests": {"cpu": "1", "memory": "256Mi"}},
+                            "env": _api_key_env(spec),
                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 - an emptyDir of its own
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from support.cluster import ROOT, Cluster, llmd
+from slotune import models
+from support.cluster import ROOT, Cluster, llmd, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,10 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
             "model.servedName must not start with '-' (vLLM would read it as a flag)",
         ),
         ({"model": {"name": "m\u0001"}}, "model.name must not start with '-'"),
+        (
+            {"engine": {"env": [{"name": "VLLM_API_KEY", "value": "s3cret"}]}},
+            "engine.env must not set VLLM_API_KEY",
+        ),
         # OpenAPI schema
         (
             {"engine": {"args": {"gpuMemoryUtilization": 1.5}}},
@@ -151,3 +156,56 @@ def test_with_watch_namespaces_the_operator_holds_nothing_outside_them(cluster: 
         assert not can(verb, resource), f"{verb} {resource} cluster-wide"
     assert can("watch", "customresourcedefinitions.apiextensions.k8s.io")
     assert not can("get", "secrets", "team-a")
+
+
+def test_the_admission_policy_limits_images_priority_classes_and_tolerations(
+    cluster: Cluster,
+) -> None:
+    """The chart's optional ValidatingAdmissionPolicy, enforced by the real API server, in a
+    namespace its selector picks: what an author cannot have the operator run for them."""
+    cluster.kubectl("create", "namespace", "vap-team")
+    cluster.kubectl("label", "namespace", "vap-team", "slotune-policy=on")
+    rendered = cluster.helm(
+        "template", "vap", str(ROOT / "charts" / "slotune"),
+        "--set", "admissionPolicy.enabled=true",
+        "--set", "admissionPolicy.allowedPriorityClasses={llm-serving}",
+        "--set", "admissionPolicy.namespaceSelector.matchLabels.slotune-policy=on",
+        "--show-only", "templates/admissionpolicy.yaml",
+    )  # fmt: skip
+    assert f"'{models.DEFAULT_ENGINE_IMAGE}'" in rendered  # what an unset image runs
+    applied = cluster.apply(rendered)
+    assert applied.returncode == 0, applied.stderr
+
+    def refusal(name: str, **spec: Any) -> str:
+        obj = llmd(name, "vap-team", **spec)
+        result = cluster.apply(obj, "--dry-run=server")
+        return "" if result.returncode == 0 else result.stderr
+
+    def with_image(image: str) -> dict[str, Any]:
+        return {"image": image, "args": {"maxNumBatchedTokens": 2048}}
+
+    try:
+        message = wait_for(
+            "the policy in force",
+            lambda: refusal("miner", engine=with_image("evil.example/miner:1")),
+            timeout=60,
+        )
+        assert "spec.engine.image evil.example/miner:1 is not allowed here" in message
+        assert refusal("fine", engine=with_image("vllm/vllm-openai:v0.32.0")) == ""
+        unset = llmd("unset", "vap-team")
+        del unset["spec"]["engine"]["image"]
+        assert cluster.apply(unset, "--dry-run=server").returncode == 0
+        assert "priorityClassName system-node-critical is not allowed here" in refusal(
+            "pc", scheduling={"priorityClassName": "system-node-critical"}
+        )
+        assert refusal("pc", scheduling={"priorityClassName": "llm-serving"}) == ""
+        assert "toleration without a key tolerates every taint" in refusal(
+            "tol", scheduling={"tolerations": [{"operator": "Exists"}]}
+        )
+        gpu = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert refusal("tol", scheduling={"tolerations": gpu}) == ""
+        # Elsewhere the policy does not apply.
+        elsewhere = llmd("miner", "default", engine=with_image("evil.example/miner:1"))
+        assert cluster.apply(elsewhere, "--dry-run=server").returncode == 0
+    finally:
+        cluster.kubectl("delete", "-f", "-", input=rendered, check=False)

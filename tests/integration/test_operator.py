@@ -675,3 +675,40 @@ def test_serves_in_a_namespace_that_enforces_the_restricted_pod_security_standar
 
     pods = wait_for("a serving pod admitted", serving_pods, timeout=90)
     assert pods[0]["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_log_lines_name_their_object_and_watch_events_are_not_logged(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """What an on-call engineer greps for: each object's lines carry `[namespace/name]`, and
+    the watch handlers' routine successes (a line per event of every child) are not logged."""
+    bad = llmd("noisy", namespace)
+    bad["spec"]["engine"]["extraArgs"] = ["--swap-space", "4"]
+    assert cluster.apply(bad).returncode == 0
+    wait_for(
+        "the error line, naming the object",
+        lambda: any(
+            f"[{namespace}/noisy]" in line and "failed permanently: Invalid spec" in line
+            for line in operator.log().splitlines()
+        ),
+    )
+    assert cluster.apply(llmd("quiet", namespace)).returncode == 0
+    wait_for("the Deployment", lambda: cluster.get("deployment", "quiet", namespace))
+    for i in range(5):  # child events: each one runs on_child_event
+        cluster.kubectl(
+            "annotate", "deployment", "quiet", "-n", namespace, f"poke={i}", "--overwrite"
+        )
+    wait_for(
+        "the status line of quiet",
+        lambda: f"[{namespace}/quiet] Updated status of {namespace}/quiet" in operator.log(),
+    )
+    time.sleep(RESYNC_SECONDS)
+    log = operator.log()
+    assert "Handler 'on_child_event' succeeded." not in log
+    assert "Handler 'on_llm_deployment_event' succeeded." not in log
+    unnamed = [
+        line
+        for line in log.splitlines()
+        if "[ERROR" in line and namespace in line and f"[{namespace}/" not in line
+    ]
+    assert unnamed == []

@@ -72,9 +72,16 @@ class Cluster:
     def install_crd(self) -> None:
         """Applies crds/ and waits until the API server serves LLMDeployments."""
         self.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        self.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/llmdeployments.slotune.dev",
+        # Polled rather than `kubectl wait`, which fails outright ("accessor error") when it
+        # reads the CRD before the server has given it any condition.
+        established = "{.status.conditions[?(@.type=='Established')].status}"
+        wait_for(
+            "the CRD to be established",
+            lambda: self.kubectl(
+                "get", "crd/llmdeployments.slotune.dev", "-o", f"jsonpath={established}",
+                check=False,
+            ).stdout.strip() == "True",
+            timeout=60,
         )  # fmt: skip
 
     def install_operator_rbac(self, kubeconfig: Path) -> Path:

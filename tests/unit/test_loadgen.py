@@ -405,3 +405,31 @@ def test_cli_writes_json_and_prints_a_table(
 def test_cli_refuses_rate_and_concurrency_together() -> None:
     with pytest.raises(SystemExit):
         main(["--url", "u", "--model", "m", "--rate", "1", "--concurrency", "1"])
+
+
+def test_the_api_key_in_vllms_variable_is_sent_as_a_bearer_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine started with VLLM_API_KEY refuses /v1 without it; a load Job has the same
+    variable from the same Secret, and sends it."""
+    seen: list[str | None] = []
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        seen.append(request.headers.get("Authorization"))
+        if request.headers.get("Authorization") != "Bearer s3cret":
+            return web.Response(status=401, text='{"error": "Unauthorized"}')
+        return web.Response(status=503, text="overloaded")  # past the key check
+
+    def app() -> web.Application:  # one per event loop
+        served = web.Application()
+        served.router.add_post("/v1/completions", guarded)
+        return served
+
+    workload = Workload(num_requests=1, rate=200.0, prompt_tokens=8, output_tokens=5)
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert [r.error for r in run_against(app(), workload)] == [
+        'HTTP 401: {"error": "Unauthorized"}'
+    ]
+    monkeypatch.setenv("VLLM_API_KEY", "s3cret")
+    assert [r.error for r in run_against(app(), workload)] == ["HTTP 503: overloaded"]
+    assert seen == [None, "Bearer s3cret"]

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from slotune import models, render
+from slotune.capacity import MeasureRequest
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
 
@@ -232,3 +233,31 @@ def test_the_spec_sets_the_serving_pods_security_context_and_the_load_job_is_res
         assert pod["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False}
     plain = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
     assert "securityContext" not in plain["spec"]["template"]["spec"]
+
+
+def test_the_api_key_comes_from_a_secret_to_the_engine_and_the_load_job() -> None:
+    keyed = spec(
+        engine={
+            "image": "vllm/vllm-openai:v0.32.0",
+            "apiKeySecretRef": {"name": "llm-keys", "key": "chat"},
+        },
+        slo={"ttft": {"percentile": 95, "maxSeconds": 2.0}},
+    )
+    from_secret = {
+        "name": "VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "chat"}},
+    }
+    dep = render.render_deployment(OWNER, keyed, annotate_for_scraping=True)
+    assert from_secret in container(dep)["env"]
+    assert "--api-key" not in container(dep)["args"]
+    job = render.render_load_job(
+        OWNER,
+        keyed,
+        image="slotune/operator:1",
+        url="http://10.0.0.9:8000",
+        workload=keyed.tuning.workload,
+        request=MeasureRequest(seed=1, target_rate=2.0),
+        study=1,
+        trial=1,
+    )
+    assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [from_secret]

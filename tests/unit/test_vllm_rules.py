@@ -199,9 +199,9 @@ def test_the_flag_table_knows_how_many_values_each_flag_takes() -> None:
     arity = vllm.flag_arity()
     assert arity["--enforce-eager"] == "0"
     assert arity["--max-num-seqs"] == "1"
-    assert arity["--api-key"] == "+"
+    assert arity["--ignore-patterns"] == "+"
     # Several values where the parser takes several: not a stray value.
-    assert vllm.check_extra_args(["--api-key", "a", "b"]) == []
+    assert vllm.check_extra_args(["--ignore-patterns", "a", "b"]) == []
 
 
 def test_an_image_without_a_flag_table_is_named_and_checked_against_the_pinned_one() -> None:
@@ -248,3 +248,21 @@ def test_a_spec_larger_than_slotune_serves_is_refused_with_its_size_and_largest_
     ]
     near = {"nodeAffinity": {"note": "x" * (60 * 1024)}}
     assert parse_spec({"model": {"name": "m"}, "scheduling": {"affinity": near}})[1] == []
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        {"extraArgs": ["--api-key", "s3cret"]},
+        {"extraArgs": ["--api-key=s3cret"]},
+        {"env": [{"name": "VLLM_API_KEY", "value": "s3cret"}]},
+    ],
+)
+def test_an_api_key_in_plain_text_is_refused_with_where_it_belongs(
+    engine: dict[str, object],
+) -> None:
+    _, problems = parse_spec({"model": {"name": "m"}, "engine": engine})
+    assert len(problems) == 1, problems
+    assert "put it in a Secret and name it in spec.engine.apiKeySecretRef" in problems[0] or (
+        "name it in engine.apiKeySecretRef" in problems[0]
+    )

@@ -61,6 +61,10 @@ TUNED_FLAGS: tuple[TunedFlag, ...] = (
     TunedFlag("kv_cache_dtype", "--kv-cache-dtype", "kvCacheDtype"),
 )
 
+# vLLM reads its API key (required on /v1 paths) from this variable; slotune's load generator
+# sends what it holds.
+API_KEY_VAR = "VLLM_API_KEY"
+
 # Flags the operator itself owns: they wire the engine to the pod, the Service and Prometheus.
 MANAGED_FLAGS: dict[str, str] = {
     "--model": "set spec.model.name",
@@ -73,6 +77,8 @@ MANAGED_FLAGS: dict[str, str] = {
     "-tp": "set spec.resources.gpus",
     "--load-format": "set spec.model.source",
     "--download-dir": "set spec.model.source",
+    "--api-key": "a key in a spec is readable by anyone who can read the LLMDeployment; put it "
+    "in a Secret and name it in spec.engine.apiKeySecretRef",
 }
 
 # Flags that appear in tuning articles or older releases but that this vLLM does not accept
