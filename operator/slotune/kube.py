@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import kubernetes
 import urllib3
@@ -159,6 +159,28 @@ class RateLimit:
         if wait > 0:
             self._sleep(wait)
         return wait
+
+
+class KubeApi(Protocol):
+    """The API operations a reconcile and a study step make: what `Kube` does against the
+    API server, and what the tests' in-memory API does (`tests/support/memkube.py`); one
+    conformance suite (`tests/conformance/kube_api.py`) holds both to the same behaviour."""
+
+    def get(self, ref: Ref) -> dict[str, Any] | None: ...
+
+    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]: ...
+
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]: ...
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, labels: dict[str, str]
+    ) -> list[dict[str, Any]]: ...
+
+    def delete(self, ref: Ref) -> bool: ...
+
+    def has_api(self, group_version: str, plural: str) -> bool: ...
 
 
 class Kube:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from slotune import render, tuning
-from slotune.kube import Kube, KubeError, Ref
+from slotune.kube import KubeApi, KubeError, Ref
 from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
 from slotune.spec import parse_spec
 from slotune.status import (
@@ -103,7 +103,7 @@ def _active_config(deployment: dict[str, Any] | None) -> tuple[list[str], str]:
 
 def reconcile(
     body: dict[str, Any],
-    kube: Kube,
+    kube: KubeApi,
     now: datetime,
     *,
     monitor: Monitor | None = None,
@@ -203,7 +203,7 @@ def _keep_last_good(
     owner: render.Owner,
     serving_spec: dict[str, Any],
     previous: LLMDeploymentStatus,
-    kube: Kube,
+    kube: KubeApi,
     deployment: dict[str, Any] | None,
     *,
     events: list[Event],
@@ -228,7 +228,7 @@ def _keep_last_good(
 def _apply_or_explain(
     owner: render.Owner,
     spec: LLMDeploymentSpec,
-    kube: Kube,
+    kube: KubeApi,
     deployment: dict[str, Any] | None,
     *,
     has_pod_monitor: bool,
@@ -255,7 +255,7 @@ def _apply_or_explain(
 def _apply_children(
     owner: render.Owner,
     spec: LLMDeploymentSpec,
-    kube: Kube,
+    kube: KubeApi,
     live_deployment: dict[str, Any] | None,
     *,
     has_pod_monitor: bool,
@@ -287,7 +287,7 @@ def _apply_children(
 
 
 def _take_back_drift(
-    child: dict[str, Any], live: dict[str, Any], kube: Kube, events: list[Event]
+    child: dict[str, Any], live: dict[str, Any], kube: KubeApi, events: list[Event]
 ) -> None:
     """Removes the entries others added to a list slotune renders whole (a container, an env
     var, a Service port edited in place), which server-side apply would leave beside
@@ -315,7 +315,7 @@ def _take_back_drift(
 def _conflicts(
     owner: render.Owner,
     spec: LLMDeploymentSpec,
-    kube: Kube,
+    kube: KubeApi,
     deployment: dict[str, Any] | None,
     has_pod_monitor: bool,
 ) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from slotune import models, render, trials
 from slotune.engine.vllm import DEFAULT_PORT
-from slotune.kube import Kube, Ref
+from slotune.kube import KubeApi, Ref
 from slotune.models import (
     ConditionType,
     CurrentTrial,
@@ -71,7 +71,7 @@ class Context:
     spec: LLMDeploymentSpec
     previous: TuningStatus | None
     now: datetime
-    kube: Kube
+    kube: KubeApi
     active_hash: str  # config hash the serving Deployment's template runs
     serving_ready: bool  # every replica of that template is ready
     live: Live = field(default_factory=Live)

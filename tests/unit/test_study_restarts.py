@@ -27,82 +27,11 @@ from slotune.kube import Ref
 from slotune.reconcile import Monitor, Watch, reconcile
 from slotune.tuner.records import Measurement, loads
 from slotune.tuning import Live
+from support.memkube import Crash, MemoryApi
 
 NAMESPACE = "llm"
 NAME = "chat"
 UID = "uid-1"
-
-
-class Crash(Exception):  # noqa: N818 - the operator process dying, not an error
-    pass
-
-
-class MemoryApi:
-    """Objects by (apiVersion, kind, namespace, name); every write may be the last one."""
-
-    def __init__(self, crash_before_write: int | None = None) -> None:
-        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-        self.writes = 0
-        self.crash_before_write = crash_before_write
-
-    def _write(self) -> None:
-        self.writes += 1
-        if self.writes == self.crash_before_write:
-            raise Crash
-
-    @staticmethod
-    def _key(ref: Ref) -> tuple[str, str, str, str]:
-        return (ref.api_version, ref.kind, ref.namespace, ref.name)
-
-    def get(self, ref: Ref) -> dict[str, Any] | None:
-        found = self.objects.get(self._key(ref))
-        return copy.deepcopy(found) if found is not None else None
-
-    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
-        self._write()
-        key = self._key(Ref.of(obj))
-        existing = self.objects.get(key)
-        if subresource == "status":
-            assert existing is not None
-            existing["status"] = copy.deepcopy(obj["status"])
-            return copy.deepcopy(existing)
-        new = copy.deepcopy(obj)
-        new["metadata"].setdefault("uid", f"uid-{len(self.objects)}")
-        generation = 1
-        if existing is not None:
-            new["status"] = existing.get("status", {})
-            generation = existing["metadata"]["generation"]
-            if existing.get("spec") != new.get("spec"):
-                generation += 1
-        new["metadata"]["generation"] = generation
-        self.objects[key] = new
-        return copy.deepcopy(new)
-
-    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        body = {
-            "apiVersion": "slotune.dev/v1alpha1",
-            "kind": "LLMDeployment",
-            "metadata": {"name": name, "namespace": namespace},
-            "status": status,
-        }
-        return self.apply(body, subresource="status")
-
-    def list(
-        self, api_version: str, kind: str, namespace: str, labels: dict[str, str]
-    ) -> list[dict[str, Any]]:
-        return [
-            copy.deepcopy(obj)
-            for (v, k, ns, _), obj in self.objects.items()
-            if (v, k, ns) == (api_version, kind, namespace)
-            and all(obj["metadata"].get("labels", {}).get(a) == b for a, b in labels.items())
-        ]
-
-    def delete(self, ref: Ref) -> bool:
-        self._write()
-        return self.objects.pop(self._key(ref), None) is not None
-
-    def has_api(self, group_version: str, plural: str) -> bool:
-        return False
 
 
 def measured(params: dict[str, Any], target_rate: float) -> Measurement:
@@ -238,7 +167,7 @@ def run_study(
     for _ in range(max_passes):
         now += timedelta(seconds=40)
         with contextlib.suppress(Crash):  # the operator died; a new one runs the next pass
-            done = reconcile(api.get(ref) or {}, api, now, monitor=monitor)  # type: ignore[arg-type]
+            done = reconcile(api.get(ref) or {}, api, now, monitor=monitor)
             if events is not None:
                 events += [event.reason for event in done.events]
         world_step(api)
