@@ -552,6 +552,14 @@ def main() -> None:
         help="comma-separated, from: steady hanging failing storm delete replicas",
     )
     parser.add_argument("--operator-python", default=sys.executable)
+    parser.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        type=lambda text: tuple(text.split("=", 1)),
+        metavar="NAME=VALUE",
+        help="an environment variable for the operator (repeatable), e.g. MALLOC_ARENA_MAX=2",
+    )
     parser.add_argument("--work-dir", help="keep logs and the audit log here")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
@@ -583,9 +591,11 @@ def main() -> None:
 def run(bench: Bench, cases: list[str]) -> None:
     args = bench.args
     namespaces = bench.namespaces("load", args.objects)
-    operator = bench.operator("operator")
+    operator = bench.operator("operator", dict(args.operator_env))
     operator.wait_for_log("Started the slotune operator")
     print(f"operator: {args.operator_python}; {args.objects} objects", flush=True)
+    time.sleep(5)
+    idle = operator.rss_mib()
     created = time.monotonic()
     bench.create(
         [llmd(f"o{i % PER_NAMESPACE}", namespaces[i // PER_NAMESPACE]) for i in range(args.objects)]
@@ -594,6 +604,8 @@ def run(bench: Bench, cases: list[str]) -> None:
     bench.results["create"] = {
         "objects": args.objects,
         "created_and_reconciled_s": round(time.monotonic() - created, 1),
+        "rss_mib_idle": round(idle, 1),
+        "rss_mib_created": round(operator.rss_mib(), 1),
     }
     bench.report("create")
     runners: dict[str, Callable[[], None]] = {
