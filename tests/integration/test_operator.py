@@ -22,6 +22,23 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return None
 
 
+def wait_for_reason(
+    cluster: Cluster, name: str, namespace: str, type_: str, reason: str, *, timeout: float = 45
+) -> dict[str, Any]:
+    """The LLMDeployment once its `type_` condition has `reason`."""
+    found: dict[str, Any] = wait_for(
+        f"a {type_} {reason} condition",
+        lambda: (
+            (o := cluster.get("llmd", name, namespace))
+            and (c := condition(o, type_))
+            and c["reason"] == reason
+            and o
+        ),
+        timeout=timeout,
+    )
+    return found
+
+
 def engine_container(deployment: dict[str, Any]) -> dict[str, Any]:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     found: dict[str, Any] = next(c for c in containers if c["name"] == "vllm")
@@ -303,15 +320,7 @@ def test_a_spec_too_large_to_serve_gets_a_condition_and_stays_deletable(
     }  # fmt: skip
     applied = cluster.apply(big, "--server-side")
     assert applied.returncode == 0, applied.stderr
-    obj = wait_for(
-        "an InvalidSpec condition",
-        lambda: (
-            (o := cluster.get("llmd", "huge", namespace))
-            and (c := condition(o, "Ready"))
-            and c["reason"] == "InvalidSpec"
-            and o
-        ),
-    )
+    obj = wait_for_reason(cluster, "huge", namespace, "Ready", "InvalidSpec")
     message = condition(obj, "Ready")["message"]  # type: ignore[index]
     assert "KiB, more than slotune serves (64 KiB); its largest part is spec.scheduling" in message
     assert len(obj["status"]["message"]) <= 512
@@ -358,15 +367,7 @@ def test_never_takes_over_an_object_it_does_not_own(
     }
 
     assert cluster.apply(llmd("api", namespace)).returncode == 0
-    status = wait_for(
-        "a ChildConflict condition",
-        lambda: (
-            (o := cluster.get("llmd", "api", namespace))
-            and (c := condition(o, "Ready"))
-            and c["reason"] == "ChildConflict"
-            and o["status"]
-        ),
-    )
+    status = wait_for_reason(cluster, "api", namespace, "Ready", "ChildConflict")["status"]
     message = condition({"status": status}, "Ready")["message"]  # type: ignore[index]
     assert f"Deployment {namespace}/api already exists" in message
     assert f"Service {namespace}/api already exists" in message
@@ -407,15 +408,7 @@ def test_nonexistent_vllm_flag_ends_in_a_clear_condition(
     obj = llmd("typo", namespace)
     obj["spec"]["engine"]["extraArgs"] = ["--swap-space", "4"]
     assert cluster.apply(obj).returncode == 0
-    status = wait_for(
-        "an InvalidSpec condition",
-        lambda: (
-            (o := cluster.get("llmd", "typo", namespace))
-            and (c := condition(o, "Ready"))
-            and c["reason"] == "InvalidSpec"
-            and o["status"]
-        ),
-    )
+    status = wait_for_reason(cluster, "typo", namespace, "Ready", "InvalidSpec")["status"]
     assert status["phase"] == "Invalid"
     message = condition({"status": status}, "Ready")["message"]  # type: ignore[index]
     assert "spec.engine.extraArgs[0]: --swap-space does not exist in vLLM" in message
@@ -589,15 +582,7 @@ def test_a_child_the_server_refuses_becomes_a_condition_and_retries_back_off(
     # is about the namespace, not about the object slotune rendered.
     cluster.kubectl("create", "quota", "no-services", "--hard=services=0", "-n", namespace)
     assert cluster.apply(llmd("quota", namespace)).returncode == 0
-    status = wait_for(
-        "a Degraded ApplyFailed condition",
-        lambda: (
-            (o := cluster.get("llmd", "quota", namespace))
-            and (c := condition(o, "Degraded"))
-            and c["reason"] == "ApplyFailed"
-            and o["status"]
-        ),
-    )
+    status = wait_for_reason(cluster, "quota", namespace, "Degraded", "ApplyFailed")["status"]
     message = condition({"status": status}, "Degraded")["message"]  # type: ignore[index]
     assert f"could not apply Service {namespace}/quota: 403 Forbidden" in message
     assert "no-services" in message  # the server's own words name the quota
@@ -640,16 +625,9 @@ def test_serves_in_a_namespace_that_enforces_the_restricted_pod_security_standar
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
     assert cluster.apply(llmd("psa", namespace)).returncode == 0
-    status = wait_for(
-        "the refusal as a condition",
-        lambda: (
-            (o := cluster.get("llmd", "psa", namespace))
-            and (c := condition(o, "Degraded"))
-            and c["reason"] == "RolloutFailed"
-            and o["status"]
-        ),
-        timeout=90,
-    )
+    status = wait_for_reason(cluster, "psa", namespace, "Degraded", "RolloutFailed", timeout=90)[
+        "status"
+    ]
     assert "violates PodSecurity" in condition({"status": status}, "Degraded")["message"]  # type: ignore[index]
 
     restricted = llmd(
