@@ -423,16 +423,13 @@ def on_child_event(
 # Kopf logs each event handler's success at INFO: a line per watch event of every child and
 # LLMDeployment, most of the log at scale, saying nothing. What they do that matters (an event
 # posted, a status written) is logged by `_report`.
-_WATCH_HANDLERS = {"on_child_event", "on_llm_deployment_event"}
+_QUIET_LINES = {
+    f"Handler {name!r} succeeded." for name in ("on_child_event", "on_llm_deployment_event")
+}
 
 
 def _quiet_watch_handlers(record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    return not (
-        record.levelno == logging.INFO
-        and message.endswith(" succeeded.")
-        and any(message == f"Handler {name!r} succeeded." for name in _WATCH_HANDLERS)
-    )
+    return not (record.levelno == logging.INFO and record.getMessage() in _QUIET_LINES)
 
 
 def run(
