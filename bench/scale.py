@@ -122,6 +122,14 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def kinds(calls: list[dict[str, Any]]) -> Counter[str]:
+    """Requests by verb and resource, e.g. `patch llmdeployments/status`."""
+    return Counter(
+        f"{r['verb']} {r['resource']}{'/' + r['subresource'] if r['subresource'] else ''}"
+        for r in calls
+    )
+
+
 def short_calls(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Requests other than watches (a watch is one long request)."""
     return [r for r in records if r["verb"] != "watch"]
@@ -301,10 +309,7 @@ class Bench:
         after, cpu1 = operator.reconcile_buckets(), operator.cpu_seconds()
         time.sleep(2)  # the audit log's last lines
         calls = short_calls(self.audit.between(start, end))
-        by_kind = Counter(
-            f"{r['verb']} {r['resource']}{'/' + r['subresource'] if r['subresource'] else ''}"
-            for r in calls
-        )
+        by_kind = kinds(calls)
         status_writes = sum(
             1
             for r in calls
@@ -430,6 +435,9 @@ class Bench:
             "http_429": sum(1 for r in calls if r["code"] == 429),
             "operator_requests": len(calls),
             "requests_per_object": round(len(calls) / len(keys), 2),
+            "by_kind_per_object": {
+                k: round(v / len(keys), 2) for k, v in kinds(calls).most_common(8)
+            },
         }
         self.report("storm")
 
@@ -447,6 +455,7 @@ class Bench:
             "all_gone_after_s": round(gone, 1),
             "http_429": sum(1 for r in calls if r["code"] == 429),
             "operator_requests": len(calls),
+            "by_kind": dict(kinds(calls).most_common(8)),
             "rss_mib_after_settling": round(operator.rss_mib(), 1),
         }
         self.report("delete")

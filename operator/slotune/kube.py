@@ -192,9 +192,13 @@ class Kube:
         *,
         rate_limit: RateLimit | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_request: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_request` is told the verb of each request before it is sent (get, list,
+        patch, create, update, delete, discover): the operator counts them in its metrics."""
         self._api = api
         self._rate_limit = rate_limit
+        self._on_request = on_request
         self._clock = clock
         self._discovered: dict[tuple[str, str], tuple[float, bool]] = {}
         self._discovery_lock = threading.Lock()  # one discovery request at a time, not 16
@@ -204,6 +208,7 @@ class Kube:
         method: str,
         path: str,
         *,
+        verb: str,
         body: Any = None,
         content_type: str | None = None,
         query: list[tuple[str, str]] | None = None,
@@ -211,6 +216,8 @@ class Kube:
         headers = {"Accept": "application/json"}
         if self._rate_limit is not None:
             self._rate_limit.acquire()
+        if self._on_request is not None:
+            self._on_request(verb)
         if content_type is not None:
             headers["Content-Type"] = content_type
         request = self._api.param_serialize(
@@ -235,7 +242,7 @@ class Kube:
     def get(self, ref: Ref) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            result: dict[str, Any] = self._call("GET", ref.path())
+            result: dict[str, Any] = self._call("GET", ref.path(), verb="get")
         except KubeError as exc:
             if exc.not_found:
                 return None
@@ -247,6 +254,7 @@ class Kube:
         result: dict[str, Any] = self._call(
             "PATCH",
             Ref.of(obj).path(subresource),
+            verb="patch",
             # An apply patch is decoded as YAML, which has no surrogate-pair escapes: text
             # outside the BMP (an emoji) goes as UTF-8, not as JSON's default "\ud83e...".
             body=json.dumps(obj, ensure_ascii=False).encode(),
@@ -258,7 +266,11 @@ class Kube:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Creates the object; a KubeError with status 409 when it exists."""
         result: dict[str, Any] = self._call(
-            "POST", Ref.of(obj).collection(), body=obj, content_type="application/json"
+            "POST",
+            Ref.of(obj).collection(),
+            verb="create",
+            body=obj,
+            content_type="application/json",
         )
         return result
 
@@ -268,6 +280,7 @@ class Kube:
         result: dict[str, Any] = self._call(
             "PUT",
             Ref.of(obj).path(),
+            verb="update",
             body=obj,
             content_type="application/json",
             query=[("fieldManager", FIELD_MANAGER)],
@@ -282,7 +295,7 @@ class Kube:
             if namespace
             else (f"{base}/{models.PLURAL}")
         )
-        items: list[dict[str, Any]] = (self._call("GET", path) or {}).get("items", [])
+        items: list[dict[str, Any]] = (self._call("GET", path, verb="list") or {}).get("items", [])
         return items
 
     def list(
@@ -293,6 +306,7 @@ class Kube:
         listing = self._call(
             "GET",
             Ref(api_version, kind, namespace, "").collection(),
+            verb="list",
             query=[("labelSelector", selector)],
         )
         items: list[dict[str, Any]] = (listing or {}).get("items", [])
@@ -304,7 +318,9 @@ class Kube:
     def delete(self, ref: Ref) -> bool:
         """Deletes the object; False when it was already gone."""
         try:
-            self._call("DELETE", ref.path(), query=[("propagationPolicy", "Background")])
+            self._call(
+                "DELETE", ref.path(), verb="delete", query=[("propagationPolicy", "Background")]
+            )
         except KubeError as exc:
             if exc.not_found:
                 return False
@@ -352,6 +368,7 @@ class Kube:
         self._call(
             "POST",
             f"/api/v1/namespaces/{meta['namespace']}/events",
+            verb="create",
             body=event,
             content_type="application/json",
         )
@@ -365,7 +382,7 @@ class Kube:
             if cached is not None and self._clock() - cached[0] < DISCOVERY_SECONDS:
                 return cached[1]
             try:
-                listing = self._call("GET", f"/apis/{group_version}")
+                listing = self._call("GET", f"/apis/{group_version}", verb="discover")
             except KubeError as exc:
                 if not exc.not_found:
                     raise
@@ -387,11 +404,43 @@ def _digest(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its managedFields, for keeping: nothing the operator decides reads
+    them, and they are often half of an object's size."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def holds(live: Any, wanted: Any) -> bool:
+    """Whether `live` still holds everything in `wanted` (an object as applied): each key with
+    its value, and each list element by element. What the server defaulted and what others
+    added beside it (a controller's annotation, say) do not count; an empty or null value
+    wanted matches its absence."""
+    if isinstance(wanted, dict):
+        if not isinstance(live, dict):
+            return live is None and all(holds(None, v) for v in wanted.values())
+        return all(holds(live.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        if live is None:
+            return not wanted
+        return (
+            isinstance(live, list)
+            and len(live) == len(wanted)
+            and all(holds(have, want) for have, want in zip(live, wanted, strict=True))
+        )
+    if wanted is None:
+        return live is None
+    return bool(live == wanted)
+
+
 class CachedKube(Kube):
     """The operator's client: `Kube`, with its serving children (Deployments, Services) read
     from what the watches last delivered, and an apply skipped when it would send what was
-    last applied to an object that has not changed since. An object whose inputs did not
-    change then costs no API call on a resync.
+    last applied to an object that still holds all of it (`holds`: its status, the server's
+    defaults and what others added beside it may have changed). An object whose inputs did not
+    change then costs no API call on a resync, nor on its Deployment's own status updates.
 
     The watch handlers feed it (`observed`, `deleted`); its own applies and reads do too. An
     entry older than `CACHE_MAX_AGE_SECONDS` is read again, so a missed event costs at most
@@ -403,10 +452,11 @@ class CachedKube(Kube):
         *,
         rate_limit: RateLimit | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_request: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(api, rate_limit=rate_limit, clock=clock)
+        super().__init__(api, rate_limit=rate_limit, clock=clock, on_request=on_request)
         self._live: dict[Ref, tuple[float, dict[str, Any]]] = {}  # ref -> (when, object)
-        self._applied: dict[Ref, tuple[str, str]] = {}  # ref -> (digest sent, version back)
+        self._applied: dict[Ref, str] = {}  # ref -> the digest of what was last sent
         self._cache_lock = threading.Lock()
         self.skipped_applies = 0
 
@@ -423,7 +473,7 @@ class CachedKube(Kube):
         key = self._key(obj)
         if key is not None:
             with self._cache_lock:
-                self._live[key] = (self._clock(), obj)
+                self._live[key] = (self._clock(), slim(obj))
 
     def deleted(self, obj: dict[str, Any]) -> None:
         """A watch reported the child deleted."""
@@ -432,6 +482,12 @@ class CachedKube(Kube):
             with self._cache_lock:
                 self._live.pop(key, None)
                 self._applied.pop(key, None)
+
+    def peek(self, ref: Ref) -> dict[str, Any] | None:
+        """The cached object, or None: never a request."""
+        with self._cache_lock:
+            cached = self._live.get(ref)
+        return None if cached is None else cached[1]
 
     def get(self, ref: Ref) -> dict[str, Any] | None:
         if ref.kind in CACHED_KINDS:
@@ -457,24 +513,15 @@ class CachedKube(Kube):
             sent = self._applied.get(key)
             live = self._live.get(key)
         fresh = live is not None and self._clock() - live[0] < CACHE_MAX_AGE_SECONDS
-        if (
-            sent is not None
-            and live is not None
-            and fresh
-            and sent
-            == (
-                digest,
-                live[1]["metadata"].get("resourceVersion"),
-            )
-        ):
+        if live is not None and fresh and sent == digest and holds(live[1], obj):
             self.skipped_applies += 1
             return copy.deepcopy(live[1])
         result = super().apply(obj)
         result.setdefault("apiVersion", obj["apiVersion"])
         result.setdefault("kind", obj["kind"])
         with self._cache_lock:
-            self._applied[key] = (digest, result["metadata"].get("resourceVersion", ""))
-            self._live[key] = (self._clock(), result)
+            self._applied[key] = digest
+            self._live[key] = (self._clock(), slim(result))
         return result
 
     def delete(self, ref: Ref) -> bool:

@@ -274,6 +274,13 @@ class OperatorMetrics:
             "Reconciles that ended in an error (API call failed, unexpected exception).",
             registry=self.registry,
         )
+        self._requests = Counter(
+            "slotune_api_requests",
+            "Requests this operator process's own code sent to the Kubernetes API server, by "
+            "verb (Kopf's watches and its bookkeeping patches are not counted).",
+            ["verb"],
+            registry=self.registry,
+        )
         self._duration = Histogram(
             "slotune_reconcile_duration_seconds",
             "How long one reconcile took, errors included.",
@@ -311,6 +318,9 @@ class OperatorMetrics:
         if error:
             self._errors.inc()
 
+    def record_request(self, verb: str) -> None:
+        self._requests.labels(verb).inc()
+
     def snapshot(self) -> dict[tuple[str, str], list[Series]]:
         with self._lock:
             return dict(self._objects)
@@ -337,5 +347,6 @@ _operator = OperatorMetrics()
 observe = _operator.observe
 forget = _operator.forget
 record_reconcile = _operator.record_reconcile
+record_request = _operator.record_request
 serve = _operator.serve
 exposition = _operator.exposition

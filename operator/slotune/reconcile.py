@@ -43,7 +43,8 @@ class Outcome:
     progressed: bool = False  # the study can take another step right away
     spec: LLMDeploymentSpec | None = None  # as parsed, for the operator's metrics
     apply_failure: str | None = None  # a child the server would not take now: retry later
-    resource_version: str | None = None  # the object's, after this reconcile's status write
+    # The object as this reconcile left it: as read, or as its status write gave it back.
+    seen: dict[str, Any] | None = None
 
 
 class ChildApplyError(Exception):
@@ -188,11 +189,10 @@ def reconcile(
     if study is not None:
         outcome.events += study.events
         outcome.progressed = study.progressed
-    outcome.resource_version = meta.get("resourceVersion")
+    outcome.seen = body
     if changed(previous, current):
-        written = kube.apply_status(owner.namespace, owner.name, to_patch(current))
+        outcome.seen = kube.apply_status(owner.namespace, owner.name, to_patch(current))
         outcome.status_written = True
-        outcome.resource_version = (written.get("metadata") or {}).get("resourceVersion")
     if problems:
         outcome.invalid = "; ".join(problems)
     outcome.apply_failure = apply_failure

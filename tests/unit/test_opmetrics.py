@@ -237,6 +237,14 @@ def test_record_reconcile_counts_errors_and_durations() -> None:
     assert len(found["slotune_build_info"]) == 1
 
 
+def test_record_request_counts_by_verb() -> None:
+    metrics = OperatorMetrics()
+    for verb in ("get", "patch", "get"):
+        metrics.record_request(verb)
+    found = samples(metrics)["slotune_api_requests_total"]
+    assert found == {frozenset({("verb", "get")}): 2, frozenset({("verb", "patch")}): 1}
+
+
 def test_the_metrics_live_in_their_own_registry() -> None:
     metrics = OperatorMetrics()
     metrics.observe("prod", "chat", status(), SPEC)

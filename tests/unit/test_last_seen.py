@@ -1,0 +1,92 @@
+"""When the operator reconciles from a body it already holds (the resync's listing, the
+body it last saw) instead of reading the object again."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from slotune import handlers
+
+KEY = ("prod", "chat")
+
+
+def body(version: str, **changes: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {
+            "namespace": "prod",
+            "name": "chat",
+            "uid": "u1",
+            "generation": 2,
+            "resourceVersion": version,
+            "annotations": {"slotune.dev/last-handled-digest": "abc"},
+        },
+        "spec": {"model": {"name": "m"}},
+        "status": {"phase": "Ready", "observedGeneration": 2},
+    }
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        target = obj
+        for part in parents:
+            target = target[part]
+        target[leaf] = value
+    return obj
+
+
+@pytest.fixture(autouse=True)
+def seen() -> Iterator[None]:
+    seen = body("10")
+    handlers._seen[KEY] = handlers._Seen(seen, "10", handlers._essence(seen))
+    yield
+    handlers._forget(KEY)
+
+
+def test_the_version_last_seen_is_used_as_a_copy() -> None:
+    listed = body("10")
+    found = handlers._last_seen(KEY, listed, None)
+    assert found == listed
+    assert found is not listed
+
+
+def test_a_later_version_that_differs_only_in_bookkeeping_is_used() -> None:
+    """Kopf's annotation patch after a handler moves the resourceVersion, nothing else."""
+    kopf_patched = body("11", metadata__annotations={"slotune.dev/last-handled-digest": "def"})
+    assert handlers._last_seen(KEY, kopf_patched, None) == kopf_patched
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"spec": {"model": {"name": "other"}}},
+        {"status": {"phase": "Deploying", "observedGeneration": 2}},
+        {"metadata__generation": 3},
+        {"metadata__uid": "u2"},  # deleted and created again under the same name
+        {"metadata__deletionTimestamp": "2026-12-03T20:00:00Z"},
+    ],
+)
+def test_any_change_a_reconcile_reads_is_read_afresh(changes: dict[str, Any]) -> None:
+    assert handlers._last_seen(KEY, body("12", **changes), None) is None
+
+
+def test_a_childs_event_uses_the_body_last_seen_of_its_owners_uid() -> None:
+    found = handlers._last_seen(KEY, None, "u1")
+    assert found == body("10")
+    assert found is not handlers._seen[KEY].body
+
+
+def test_another_uid_no_uid_or_nothing_seen_reads_afresh() -> None:
+    assert handlers._last_seen(KEY, None, "u2") is None  # deleted and created again
+    assert handlers._last_seen(KEY, None, None) is None  # a pod: its owner is a ReplicaSet
+    handlers._forget(KEY)
+    assert handlers._last_seen(KEY, body("10"), None) is None
+    assert handlers._last_seen(KEY, None, "u1") is None
+
+
+def test_a_body_is_not_changed_by_the_check() -> None:
+    listed = body("11")
+    kept = copy.deepcopy(listed)
+    handlers._last_seen(KEY, listed, None)
+    assert listed == kept
