@@ -482,7 +482,12 @@ def _controller_uid(child: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger) -> None:
+def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger, *, going: bool) -> None:
+    """Reconciles the LLMDeployment that `body` (a child) names. A child `going` (deleted, or
+    being deleted) has its owner read afresh: the garbage collector deletes children after
+    their owner, whose own DELETED event may never come (deleting the CRD ends the watch
+    instead), and children applied from the owner's last-seen body would be created again,
+    collected again, and so on."""
     labels = body.metadata.labels or {}
     owner_name = labels.get(render.LABEL_OWNER)
     namespace = body.metadata.namespace
@@ -498,7 +503,7 @@ def _reconcile_owner(body: kopf.Body, memo: Any, logger: KopfLogger) -> None:
     # Routine: a child's churn (the Deployment's status moving) while its owner backs off
     # must not retry it early; the resync does once the back-off ends.
     owner = {"metadata": {"namespace": namespace, "name": owner_name}}
-    _run(owner, memo, logger, routine=True, owner_uid=owner_uid)
+    _run(owner, memo, logger, routine=True, owner_uid=None if going else owner_uid)
 
 
 _CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY}
@@ -520,8 +525,9 @@ def on_child_event(
         _kube(memo).observed(obj)
     if event.get("type") is None:  # the initial listing; resume handles those
         return
+    going = event.get("type") == "DELETED" or bool(body.metadata.get("deletionTimestamp"))
     try:
-        _reconcile_owner(body, memo, logger)
+        _reconcile_owner(body, memo, logger, going=going)
     except _NotDue:
         pass
     except kopf.TemporaryError as exc:

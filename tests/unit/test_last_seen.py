@@ -7,6 +7,7 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+import kopf
 import pytest
 
 from slotune import handlers
@@ -90,3 +91,61 @@ def test_a_body_is_not_changed_by_the_check() -> None:
     kept = copy.deepcopy(listed)
     handlers._last_seen(KEY, listed, None)
     assert listed == kept
+
+
+class _Cache:
+    """The serving children's cache, as a child's event touches it."""
+
+    def observed(self, obj: dict[str, Any]) -> None:
+        pass
+
+    def deleted(self, obj: dict[str, Any]) -> None:
+        pass
+
+    def peek(self, ref: object) -> None:
+        return None
+
+
+def child(**metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "namespace": "prod",
+            "name": "chat",
+            "labels": {"slotune.dev/llmdeployment": "chat"},
+            "ownerReferences": [
+                {"kind": "LLMDeployment", "name": "chat", "uid": "u1", "controller": True}
+            ],
+            **metadata,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("event_type", "metadata", "trusted"),
+    [
+        ("MODIFIED", {}, "u1"),  # the owner's body last seen may stand in for a read
+        ("DELETED", {}, None),  # the garbage collector may be following its owner
+        ("MODIFIED", {"deletionTimestamp": "2026-12-04T13:00:00Z"}, None),
+    ],
+)
+def test_a_child_going_has_its_owner_read_afresh(
+    monkeypatch: pytest.MonkeyPatch, event_type: str, metadata: dict[str, Any], trusted: str | None
+) -> None:
+    """Deleting the CRD deletes every LLMDeployment without a DELETED event to the operator;
+    the children the garbage collector then deleted were applied again from the owners'
+    last-seen bodies, for ever."""
+    runs: list[str | None] = []
+    monkeypatch.setattr(handlers, "_kube", lambda memo: _Cache())
+    monkeypatch.setattr(
+        handlers, "_run", lambda body, memo, logger, **kw: runs.append(kw["owner_uid"])
+    )
+    obj = child(**metadata)
+    handlers.on_child_event(
+        event={"type": event_type, "object": obj},
+        body=kopf.Body(obj),
+        memo=object(),
+        logger=handlers.log,
+    )
+    assert runs == [trusted]
