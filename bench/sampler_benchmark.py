@@ -1,0 +1,407 @@
+"""Benchmark: samplers replayed against a recorded landscape, over many seeds.
+
+Each study runs on `ReplayRuntime` (slotune.tuner.landscape): every trial is served from the
+landscape (the nearest recorded configuration, one of its repeats drawn at random), so a method
+meets the measured run-to-run spread and hundreds of seeded studies take seconds. Every method
+runs inside slotune's own study loop (the same rule checks before launch, the same capacity
+verdicts); only the sampler and its start differ.
+
+    .venv/bin/python bench/sampler_benchmark.py bench/landscapes/cpu-tune-example.jsonl --seeds 100
+
+- slotune: the default study (TPE with SLO constraints, seeded with vLLM's defaults).
+- random: Optuna's RandomSampler over the same space, no seed configuration.
+- auto_tune: vLLM's benchmarks/auto_tune default lists, max-num-seqs {128, 256} x
+  max-num-batched-tokens {512, 1024, 2048, 4096} (moved into the space), in random order.
+- sweep: 8 points in the manner of vLLM's tuning recipes: from vLLM's defaults, the
+  chunked-prefill budget halved three times, at the default max-num-seqs and at a quarter of it.
+- gp: Optuna's GPSampler (needs torch and scipy; left out, and said so, where they are missing).
+
+Figures (with 95% intervals: order statistics for medians, Wilson for fractions, bootstrap for
+means):
+- screening: `--budget` trials, no stopping rule, no re-measurement: trials to the first
+  configuration the study saw as feasible (median, p90; a study that found none counts as
+  budget + 1), and the best found within 5, 10 and 20 trials, as a fraction of the landscape's
+  best (the median capacity over its repeats of the configuration the study ranked best, over
+  the best such median of any truly feasible configuration);
+- the study as it runs by default (its stopping rule, its finalists re-measured, the spec's
+  maxTrials): how often it confirms a winner, and how often that winner is truly feasible
+  (feasible in most of its recorded repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+
+from slotune.attainment import wilson_interval
+from slotune.models import LLMDeploymentSpec
+from slotune.tuner.landscape import (
+    Key,
+    Landscape,
+    ReplayRuntime,
+    key_of,
+    median_capacity,
+    truly_feasible,
+)
+from slotune.tuner.local import load_deployment
+from slotune.tuner.loop import Outcome, Tuner, TunerOptions
+from slotune.tuner.records import MemoryStore, TrialRecord
+from slotune.tuner.space import PLATFORMS, Platform, Space, build_space, clamp_into
+
+ROOT = Path(__file__).resolve().parents[1]
+AUTO_TUNE_SEQS = (128, 256)
+AUTO_TUNE_TOKENS = (512, 1024, 2048, 4096)
+CHECKPOINTS = (5, 10, 20)
+
+
+class SequenceSampler(BaseSampler):
+    """Asks for a fixed list of configurations in order (a directed sweep); past its end it
+    repeats the last one, which the benchmark never reaches (the sweep's budget is its
+    length)."""
+
+    def __init__(self, points: Sequence[dict[str, Any]]) -> None:
+        self.points = list(points)
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        search_space: dict[str, BaseDistribution],
+    ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        point = self.points[min(trial.number, len(self.points) - 1)]
+        return point[param_name]
+
+
+def sweep_points(space: Space, platform: Platform) -> list[dict[str, Any]]:
+    defaults = clamp_into(space, platform.defaults)
+    tokens = defaults["max_num_batched_tokens"]
+    seqs = defaults["max_num_seqs"]
+    points = []
+    for seq in (seqs, max(1, seqs // 4)):
+        for halvings in range(4):
+            wanted = {**defaults, "max_num_batched_tokens": tokens >> halvings, "max_num_seqs": seq}
+            points.append(clamp_into(space, wanted))
+    return points
+
+
+def auto_tune_points(space: Space, platform: Platform, seed: int) -> list[dict[str, Any]]:
+    """auto_tune's grid moved into the space (points that coincide once moved are tried
+    once), the other knobs at vLLM's defaults, in an order drawn from `seed`."""
+    points = [
+        clamp_into(
+            space, {**platform.defaults, "max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+        )
+        for seqs in AUTO_TUNE_SEQS
+        for tokens in AUTO_TUNE_TOKENS
+    ]
+    unique = list({key_of(p): p for p in points}.values())
+    random.Random(seed).shuffle(unique)  # noqa: S311 - a reproducible order, not a secret
+    return unique
+
+
+@dataclass
+class Method:
+    name: str
+    budget: Callable[[int], int]  # the study's budget, from the benchmark's
+    build: Callable[[int, Space, Platform], tuple[BaseSampler | None, Space | None, bool]]
+    """(seed, space, platform) -> (sampler or None for slotune's, space override, seed with
+    vLLM's defaults)"""
+
+
+def _gp_available() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "scipy"))
+
+
+METHODS = {
+    "slotune": Method("slotune", lambda b: b, lambda seed, space, p: (None, None, True)),
+    "random": Method(
+        "random",
+        lambda b: b,
+        lambda seed, space, p: (optuna.samplers.RandomSampler(seed=seed), None, False),
+    ),
+    "auto_tune": Method(
+        "auto_tune",
+        lambda b: min(b, len(AUTO_TUNE_SEQS) * len(AUTO_TUNE_TOKENS)),
+        lambda seed, space, p: (SequenceSampler(auto_tune_points(space, p, seed)), None, False),
+    ),
+    "sweep": Method(
+        "sweep",
+        lambda b: min(b, 8),
+        lambda seed, space, p: (SequenceSampler(sweep_points(space, p)), None, False),
+    ),
+    "gp": Method(
+        "gp",
+        lambda b: b,
+        lambda seed, space, p: (optuna.samplers.GPSampler(seed=seed), None, False),
+    ),
+}
+
+
+@dataclass
+class Truth:
+    """What the landscape says of each configuration, over its repeats."""
+
+    landscape: Landscape
+    table: dict[Key, list[TrialRecord]] = field(init=False)
+    best: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table = self.landscape.configurations()
+        feasible = [median_capacity(r) for r in self.table.values() if truly_feasible(r)]
+        self.best = max(feasible, default=0.0)
+
+    def capacity(self, params: dict[str, Any]) -> float:
+        return median_capacity(self.table[key_of(params)])
+
+    def feasible(self, params: dict[str, Any]) -> bool:
+        return truly_feasible(self.table[key_of(params)])
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What every study replays: the landscape, its spec, the platform."""
+
+    landscape: Landscape
+    spec: LLMDeploymentSpec
+    platform: Platform
+
+
+def run_study(
+    bench: Bench, method: Method, seed: int, budget: int, counts: Figures, *, screening_only: bool
+) -> tuple[Outcome, list[dict[str, Any]]]:
+    """One seeded study of `method` on the landscape; its outcome, and for each record the
+    configuration the landscape served it from."""
+    landscape, spec, platform = bench.landscape, bench.spec, bench.platform
+    space = build_space(platform, spec.tuning.search_space)
+    sampler, method_space, seeded = method.build(seed, space, platform)
+    trials = method.budget(budget)
+    tuning = spec.tuning.model_copy(update={"max_trials": trials, "seed": seed})
+    spec = spec.model_copy(update={"tuning": tuning})
+    rng = random.Random(seed)  # noqa: S311 - reproducible studies, not secrets
+    runtime = ReplayRuntime(landscape, space, rng, defaults=platform.defaults)
+    options = (
+        TunerOptions(finalists=0, patience=trials + 1, seed_with_defaults=seeded)
+        if screening_only
+        else TunerOptions(seed_with_defaults=seeded)
+    )
+    tuner = Tuner(
+        spec,
+        runtime=runtime,
+        measure=runtime.measure,
+        platform=platform,
+        model="replay",
+        served_name="replay",
+        store=MemoryStore(),
+        options=options,
+        sampler=sampler,
+        space=method_space,
+    )
+    outcome = tuner.run()
+    counts.served += len(runtime.served)
+    counts.nearest += sum(1 for s in runtime.served if s.nearest)
+    served = iter(runtime.served)
+    given = [next(served).given if r.launched else r.params for r in outcome.records]
+    return outcome, given
+
+
+@dataclass
+class Figures:
+    first_feasible: list[int] = field(default_factory=list)
+    best_at: dict[int, list[float]] = field(default_factory=dict)
+    confirmed: int = 0
+    truly_feasible_winner: int = 0
+    launched: list[int] = field(default_factory=list)
+    nearest: int = 0
+    served: int = 0
+
+
+def screening_figures(
+    figures: Figures, outcome: Outcome, given: list[dict[str, Any]], truth: Truth, budget: int
+) -> None:
+    launched = [(r, g) for r, g in zip(outcome.records, given, strict=True) if r.launched]
+    first = next((i + 1 for i, (r, _) in enumerate(launched) if r.feasible), budget + 1)
+    figures.first_feasible.append(first)
+    for k in CHECKPOINTS:
+        seen = [(r, g) for r, g in launched[:k] if r.feasible]
+        if not seen:
+            value = 0.0
+        else:
+            _, chosen = max(seen, key=lambda pair: pair[0].score)
+            value = truth.capacity(chosen) / truth.best if truth.best else 0.0
+        figures.best_at.setdefault(k, []).append(value)
+
+
+def default_study_figures(
+    figures: Figures, outcome: Outcome, given: list[dict[str, Any]], truth: Truth
+) -> None:
+    figures.launched.append(sum(1 for r in outcome.records if r.launched))
+    if outcome.winner is None:
+        return
+    figures.confirmed += 1
+    served = given[outcome.records.index(outcome.winner)]
+    if truth.feasible(served):
+        figures.truly_feasible_winner += 1
+
+
+# -- intervals -------------------------------------------------------------------------------
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval of the median: the order statistics whose ranks bound
+    it with `confidence` (binomial, n and 1/2)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n < 6:
+        return ordered[0], ordered[-1]
+    z = statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    half = z * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half) - 1)
+    high = min(n - 1, math.ceil(n / 2 + half))
+    return ordered[low], ordered[high]
+
+
+def mean_interval(
+    values: Sequence[float], rng: random.Random, rounds: int = 2000
+) -> tuple[float, float]:
+    """A percentile bootstrap of the mean."""
+    n = len(values)
+    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(rounds))
+    return means[int(0.025 * rounds)], means[int(0.975 * rounds) - 1]
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+
+def row(name: str, figures: Figures, seeds: int, budget: int) -> dict[str, Any]:
+    rng = random.Random(0)  # noqa: S311 - a reproducible bootstrap
+    first = figures.first_feasible
+    found = [f for f in first if f <= budget]
+    result: dict[str, Any] = {
+        "method": name,
+        "seeds": seeds,
+        "first_feasible_median": statistics.median(first),
+        "first_feasible_median_ci": median_interval(first),
+        "first_feasible_p90": quantile(first, 0.9),
+        "found_feasible": len(found),
+        "confirmed": figures.confirmed,
+        "confirmed_ci": wilson_interval(figures.confirmed, seeds),
+        "winner_truly_feasible": figures.truly_feasible_winner,
+        "winner_truly_feasible_ci": wilson_interval(figures.truly_feasible_winner, seeds),
+        "default_study_launched_median": statistics.median(figures.launched),
+        "nearest_served": figures.nearest,
+        "served": figures.served,
+    }
+    for k, values in figures.best_at.items():
+        result[f"best_at_{k}"] = statistics.fmean(values)
+        result[f"best_at_{k}_ci"] = mean_interval(values, rng)
+    return result
+
+
+def print_table(rows: list[dict[str, Any]], budget: int) -> None:
+    def span(pair: Sequence[float], digits: int = 2) -> str:
+        return f"[{pair[0]:.{digits}g}, {pair[1]:.{digits}g}]"
+
+    print(
+        f"{'method':<10} {'first feasible: median [95%]':>29} {'p90':>5} "
+        + " ".join(f"{'best@' + str(k) + ' [95%]':>22}" for k in CHECKPOINTS)
+        + f" {'winner truly feasible [95%]':>30}"
+    )
+    for r in rows:
+        first = f"{r['first_feasible_median']:g} {span(r['first_feasible_median_ci'], 3)}"
+        best = " ".join(
+            f"{r[f'best_at_{k}']:>9.2f} {span(r[f'best_at_{k}_ci']):>12}" for k in CHECKPOINTS
+        )
+        winners = f"{r['winner_truly_feasible']}/{r['seeds']} {span(r['winner_truly_feasible_ci'])}"
+        print(f"{r['method']:<10} {first:>29} {r['first_feasible_p90']:>5g} {best} {winners:>30}")
+    print(
+        f"(a study that found no feasible configuration in {budget} trials counts as {budget + 1};"
+        " best@k: fraction of the landscape's best, 0 when none was feasible by then)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("landscape", type=Path)
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--budget", type=int, default=max(CHECKPOINTS))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--platform", default="cpu", choices=sorted(PLATFORMS))
+    parser.add_argument("--json", type=Path, help="where to write the figures")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    landscape = Landscape.load(args.landscape)
+    if not landscape.runs:
+        raise SystemExit(f"{args.landscape} holds no landscape")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "spec.yaml"
+        path.write_text(landscape.runs[0].spec)
+        spec = load_deployment(path).spec
+    bench = Bench(landscape, spec, PLATFORMS[args.platform])
+    truth = Truth(landscape)
+    print(
+        f"{args.landscape}: {len(truth.table)} configurations, {len(landscape.points)} points, "
+        f"{sum(truly_feasible(r) for r in truth.table.values())} truly feasible, "
+        f"best median capacity {truth.best:.3g} req/s"
+    )
+    rows = []
+    for name in args.methods.split(","):
+        method = METHODS[name]
+        if name == "gp" and not _gp_available():
+            print("gp: left out (Optuna's GPSampler needs torch and scipy, not installed here)")
+            continue
+        began = time.monotonic()
+        figures = Figures()
+        for seed in range(args.seeds):
+            outcome, given = run_study(
+                bench, method, seed, args.budget, figures, screening_only=True
+            )
+            screening_figures(figures, outcome, given, truth, args.budget)
+            outcome, given = run_study(
+                bench, method, seed, spec.tuning.max_trials, figures, screening_only=False
+            )
+            default_study_figures(figures, outcome, given, truth)
+        rows.append(row(name, figures, args.seeds, args.budget))
+        print(f"  {name}: {args.seeds} seeds in {time.monotonic() - began:.0f}s", flush=True)
+    print()
+    print_table(rows, args.budget)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"landscape": str(args.landscape), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
