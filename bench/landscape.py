@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from slotune.capacity import MeasureRequest
+from slotune.capacity import Ceiling, MeasureRequest
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.landscape import Landscape, LandscapePoint, LandscapeRun
 from slotune.tuner.local import load_deployment
@@ -111,7 +111,7 @@ def parse_args() -> argparse.Namespace:
 
 def spec_text(args: argparse.Namespace, landscape: Landscape) -> str:
     """The spec the landscape is measured with: the one its first run holds, if any."""
-    given = args.spec.read_text() if args.spec is not None else None
+    given: str | None = args.spec.read_text() if args.spec is not None else None
     if not landscape.runs:
         if given is None:
             raise SystemExit(f"{args.landscape} is new: give --spec")
@@ -163,13 +163,32 @@ def grid(tuner: Tuner, axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]
     return [base, *(p for p in points if p != base)]
 
 
+SPEED_TOLERANCE = 0.10
+"""How far this machine's prefill ceiling may be from the landscape's first run's. Instances
+of one machine type differ by more than 3x (bench/results/make-tune-runs.md, runs 14 and 15)
+against a spec scaled to the first; three ceilings on one instance lay within 3%."""
+
+
+def same_speed(ceiling: Ceiling, reference: Ceiling) -> None:
+    """Stops a run on a machine of another speed before it records anything."""
+    ratio = ceiling.prefill_tps / reference.prefill_tps
+    if abs(ratio - 1) > SPEED_TOLERANCE:
+        raise SystemExit(
+            f"this machine prefills {ceiling.prefill_tps:,.0f} prompt tokens/s with vLLM's "
+            f"defaults, {ratio:.2f}x the landscape's first run ({reference.prefill_tps:,.0f}): "
+            "its capacities would not compare with the file's. Nothing was recorded; extend "
+            "the landscape on a machine within 10% of it, or start a new file."
+        )
+
+
 def main() -> int:
     args = parse_args()
     began = time.monotonic()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     landscape = Landscape.load(args.landscape)
     text = spec_text(args, landscape)
     tuner = build_tuner(args, text)
-    ceiling = next(
+    reference = next(
         (
             p.record.measurement.ceiling
             for p in landscape.points
@@ -177,9 +196,14 @@ def main() -> int:
         ),
         None,
     )
+    points = grid(tuner, args.grid)
+    jobs = list(itertools.product(range(args.repeats), points))
+    if reference is not None:  # this machine's speed first: one more repeat of the defaults
+        jobs.insert(0, (landscape.repeats_of(points[0]), points[0]))
+    ceiling: Ceiling | None = None  # this run's, from its first trial
     run: int | None = None
     durations: list[float] = []
-    for repeat, params in itertools.product(range(args.repeats), grid(tuner, args.grid)):
+    for repeat, params in jobs:
         if landscape.repeats_of(params) > repeat:
             continue
         elapsed = time.monotonic() - began
@@ -190,19 +214,6 @@ def main() -> int:
         if problems:
             print(f"skipped {params}: {'; '.join(problems)}", flush=True)
             continue
-        if run is None:
-            run = landscape.append_run(
-                args.landscape,
-                LandscapeRun(
-                    started=datetime.now(UTC).isoformat(timespec="seconds"),
-                    spec=text,
-                    engine=args.engine,
-                    machine=machine(),
-                    command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                    commit=commit(),
-                    notes=f"python {platform.python_version()}",
-                ),
-            )
         number = len(landscape.points)
         planned = NextTrial(number=number, params=params, seed=repeat, phase="finalist")
         request = MeasureRequest(
@@ -219,6 +230,22 @@ def main() -> int:
         record = tuner.outcome(planned, launch, durations[-1])
         if ceiling is None and record.measurement is not None:
             ceiling = record.measurement.ceiling
+            if ceiling is not None and reference is not None:
+                same_speed(ceiling, reference)
+        if run is None:
+            run = landscape.append_run(
+                args.landscape,
+                LandscapeRun(
+                    started=started_at,
+                    spec=text,
+                    engine=args.engine,
+                    machine=machine(),
+                    command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                    commit=commit(),
+                    notes=f"python {platform.python_version()}"
+                    + (f"; prefill ceiling {ceiling.prefill_tps:,.0f} tok/s" if ceiling else ""),
+                ),
+            )
         landscape.append_point(
             args.landscape, LandscapePoint(run=run, repeat=repeat, record=record)
         )

@@ -9,6 +9,9 @@ verdicts); only the sampler and its start differ.
     .venv/bin/python bench/sampler_benchmark.py bench/landscapes/cpu-tune-example.jsonl --seeds 100
 
 - slotune: the default study (TPE with SLO constraints, seeded with vLLM's defaults).
+- slotune+model: the same, with a model-guided start: the two trials after vLLM's defaults go
+  where the performance model (slotune.tuner.perfmodel), fed the ceilings measured on the
+  defaults, predicts the most capacity.
 - random: Optuna's RandomSampler over the same space, no seed configuration.
 - auto_tune: vLLM's benchmarks/auto_tune default lists, max-num-seqs {128, 256} x
   max-num-batched-tokens {512, 1024, 2048, 4096} (moved into the space), in random order.
@@ -40,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,7 @@ from optuna.samplers import BaseSampler
 
 from slotune.attainment import wilson_interval
 from slotune.models import LLMDeploymentSpec
+from slotune.tuner import perfmodel
 from slotune.tuner.landscape import (
     Key,
     Landscape,
@@ -135,6 +139,7 @@ class Method:
     build: Callable[[int, Space, Platform], tuple[BaseSampler | None, Space | None, bool]]
     """(seed, space, platform) -> (sampler or None for slotune's, space override, seed with
     vLLM's defaults)"""
+    model_start: int = 0
 
 
 def _gp_available() -> bool:
@@ -143,6 +148,9 @@ def _gp_available() -> bool:
 
 METHODS = {
     "slotune": Method("slotune", lambda b: b, lambda seed, space, p: (None, None, True)),
+    "slotune+model": Method(
+        "slotune+model", lambda b: b, lambda seed, space, p: (None, None, True), model_start=2
+    ),
     "random": Method(
         "random",
         lambda b: b,
@@ -208,11 +216,9 @@ def run_study(
     spec = spec.model_copy(update={"tuning": tuning})
     rng = random.Random(seed)  # noqa: S311 - reproducible studies, not secrets
     runtime = ReplayRuntime(landscape, space, rng, defaults=platform.defaults)
-    options = (
-        TunerOptions(finalists=0, patience=trials + 1, seed_with_defaults=seeded)
-        if screening_only
-        else TunerOptions(seed_with_defaults=seeded)
-    )
+    options = TunerOptions(seed_with_defaults=seeded, model_start=method.model_start)
+    if screening_only:
+        options = replace(options, finalists=0, patience=trials + 1)
     tuner = Tuner(
         spec,
         runtime=runtime,
@@ -336,7 +342,7 @@ def print_table(rows: list[dict[str, Any]], budget: int) -> None:
         return f"[{pair[0]:.{digits}g}, {pair[1]:.{digits}g}]"
 
     print(
-        f"{'method':<10} {'first feasible: median [95%]':>29} {'p90':>5} "
+        f"{'method':<14} {'first feasible: median [95%]':>29} {'p90':>5} "
         + " ".join(f"{'best@' + str(k) + ' [95%]':>22}" for k in CHECKPOINTS)
         + f" {'winner truly feasible [95%]':>30}"
     )
@@ -346,11 +352,75 @@ def print_table(rows: list[dict[str, Any]], budget: int) -> None:
             f"{r[f'best_at_{k}']:>9.2f} {span(r[f'best_at_{k}_ci']):>12}" for k in CHECKPOINTS
         )
         winners = f"{r['winner_truly_feasible']}/{r['seeds']} {span(r['winner_truly_feasible_ci'])}"
-        print(f"{r['method']:<10} {first:>29} {r['first_feasible_p90']:>5g} {best} {winners:>30}")
+        print(f"{r['method']:<14} {first:>29} {r['first_feasible_p90']:>5g} {best} {winners:>30}")
     print(
         f"(a study that found no feasible configuration in {budget} trials counts as {budget + 1};"
         " best@k: fraction of the landscape's best, 0 when none was feasible by then)"
     )
+
+
+def model_errors(bench: Bench, truth: Truth, overhead: float) -> list[tuple[Key, float, float]]:
+    """For each recorded configuration: the performance model's capacity and the median
+    recorded one."""
+    measured = [
+        (r, r.measurement.ceiling)
+        for records in truth.table.values()
+        for r in records
+        if r.measurement is not None and r.measurement.ceiling is not None
+    ]
+    output = bench.spec.tuning.workload.output_tokens
+    if not measured or output is None or bench.spec.slo is None:
+        return []
+    defaults, ceiling = measured[0]
+    costs = perfmodel.Costs.from_ceiling(
+        ceiling, int(defaults.params["max_num_batched_tokens"]), overhead=overhead
+    )
+    shape = perfmodel.Shape(ceiling.prompt_tokens, output.mean)
+    kv_tokens = (defaults.facts or {}).get("kv_cache_tokens")
+    found = []
+    for key, records in truth.table.items():
+        params = dict(key)
+        predicted = perfmodel.capacity(
+            costs,
+            shape,
+            bench.spec.slo,
+            int(params["max_num_batched_tokens"]),
+            int(params.get("max_num_seqs") or 256),
+            kv_tokens=kv_tokens,
+        )
+        found.append((key, predicted, median_capacity(records)))
+    return found
+
+
+def print_model_error(bench: Bench, truth: Truth) -> dict[str, Any]:
+    """The model's relative error of capacity over the landscape's configurations: at its
+    default overhead share, and at the share that fits this landscape best (in-sample)."""
+
+    def summary(overhead: float) -> tuple[float, float, list[tuple[Key, float, float]]]:
+        rows = model_errors(bench, truth, overhead)
+        errors = [abs(p - m) / m for _, p, m in rows if m > 0]
+        if not errors:
+            return math.inf, math.inf, rows
+        return statistics.median(errors), max(errors), rows
+
+    shares = [round(0.05 * i, 2) for i in range(1, 20)]
+    fitted = min(shares, key=lambda share: summary(share)[0])
+    result: dict[str, Any] = {}
+    for label, share in (("default", perfmodel.DEFAULT_OVERHEAD), ("fitted", fitted)):
+        median_error, worst, rows = summary(share)
+        result[label] = {"overhead": share, "median_error": median_error, "worst_error": worst}
+        print(
+            f"performance model ({label} overhead share {share:g}): capacity error median "
+            f"{median_error:.0%}, worst {worst:.0%} over {len(rows)} configurations"
+        )
+    for key, predicted, measured in summary(fitted)[2]:
+        params = dict(key)
+        print(
+            f"  batched={params.get('max_num_batched_tokens')} seqs={params.get('max_num_seqs')}"
+            f" block={params.get('block_size')}: predicted {predicted:.3g}, "
+            f"measured {measured:.3g} req/s"
+        )
+    return result
 
 
 def main() -> int:
@@ -377,6 +447,7 @@ def main() -> int:
         f"{sum(truly_feasible(r) for r in truth.table.values())} truly feasible, "
         f"best median capacity {truth.best:.3g} req/s"
     )
+    errors = print_model_error(bench, truth)
     rows = []
     for name in args.methods.split(","):
         method = METHODS[name]
@@ -399,7 +470,8 @@ def main() -> int:
     print()
     print_table(rows, args.budget)
     if args.json is not None:
-        args.json.write_text(json.dumps({"landscape": str(args.landscape), "rows": rows}, indent=1))
+        found = {"landscape": str(args.landscape), "model_error": errors, "rows": rows}
+        args.json.write_text(json.dumps(found, indent=1))
     return 0
 
 

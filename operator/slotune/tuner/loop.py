@@ -33,6 +33,7 @@ from slotune.capacity import (
 from slotune.engine import vllm
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
+from slotune.tuner import perfmodel
 from slotune.tuner import study as studies
 from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState, study_ceiling
 from slotune.tuner.space import Platform, Space, build_space, clamp_into
@@ -67,6 +68,10 @@ class TunerOptions:
     finalists: int = 2
     startup_timeout: float = 300.0
     seed_with_defaults: bool = True
+    model_start: int = 0
+    """How many trials after vLLM's defaults go where the performance model
+    (`slotune.tuner.perfmodel`), fed the ceilings the defaults' trial measured, predicts the
+    most capacity; 0 leaves every later trial to the sampler."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ class Tuner:
         )
         studies.rebuild(self.study, self.space, self.slo, self.records)
         self._pending: dict[int, optuna.Trial] = {}
+        self._model_planned = False
         if self.options.seed_with_defaults:
             done = {r.label for r in self.records if r.label}
             for label, params in self.seed_params():
@@ -386,6 +392,7 @@ class Tuner:
         vLLM's known rules are recorded as rejected here and never returned.
         """
         while (stopped := self._screening_stop()) is None:
+            self._plan_model_start()
             trial = self.study.ask(self.space)
             planned = NextTrial(
                 number=len([r for r in self.records if r.phase == "screen"]),
@@ -400,6 +407,52 @@ class Tuner:
             rejected = Launch(TrialState.REJECTED, cause="; ".join(problems))
             self.record(self.outcome(planned, rejected, 0.0))
         return self._plan_finalists(stopped)
+
+    def _plan_model_start(self) -> None:
+        """Once vLLM's defaults are measured (with the engine's ceilings), queues the
+        configurations the performance model ranks best, each labelled model-N (a resumed
+        study queues only those it has not run)."""
+        if self.options.model_start <= 0 or self._model_planned:
+            return
+        baseline = next(
+            (
+                r
+                for r in self.records
+                if r.label == "vllm-defaults" and r.phase == "screen" and r.measurement is not None
+            ),
+            None,
+        )
+        ceiling = self.ceiling
+        output = self.spec.tuning.workload.output_tokens
+        if baseline is None or ceiling is None or output is None:
+            return
+        self._model_planned = True
+        budget = baseline.params.get("max_num_batched_tokens")
+        costs = perfmodel.Costs.from_ceiling(
+            ceiling, int(budget or self.platform.defaults["max_num_batched_tokens"])
+        )
+        kv_tokens = (baseline.facts or {}).get("kv_cache_tokens")
+        suggested = perfmodel.suggest(
+            self.space,
+            self.platform.defaults,
+            costs,
+            perfmodel.Shape(ceiling.prompt_tokens, output.mean),
+            self.slo,
+            count=self.options.model_start + 1,  # one may be a configuration already run
+            kv_tokens=kv_tokens,
+        )
+        done = {r.label for r in self.records if r.label}
+        # Configurations run before the model's turn (the defaults, the current one) are not
+        # run again; the model's own, run before a restart, keep their numbers.
+        tried = [
+            r.params
+            for r in self.records
+            if r.launched and not (r.label or "").startswith("model-")
+        ]
+        fresh = [params for params, _ in suggested if params not in tried]
+        for number, params in enumerate(fresh[: self.options.model_start], 1):
+            if f"model-{number}" not in done:
+                self.study.enqueue_trial(params, user_attrs={"label": f"model-{number}"})
 
     def _finalists(self) -> list[TrialRecord]:
         """The best feasible configurations; with none feasible, the ones that carry the most
