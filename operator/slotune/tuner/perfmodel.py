@@ -11,9 +11,11 @@ what it carries:
 
 The three costs come from the two ceilings: the decode ceiling (short prompts, `C` sequences
 decoding) gives a step of `C / decode_tps` = a + C c_d; the prefill ceiling (the workload's
-prompts, vLLM's default budget `B0` full of them) gives `B0 / prefill_tps` = a + B0 c_p. The
-split of the decode step between its fixed part `a` and its per-sequence part is the one
-free parameter, `overhead` (a = overhead * C / decode_tps).
+prompts, vLLM's default budget `B0` full of them) gives `B0 / prefill_tps` = a + B0 c_p, or,
+when vLLM's defaults stalled their decodes at the ITL percentile, the stall itself (a step
+with a whole budget of prefill) where that is longer. The split of the decode step between its
+fixed part `a` and its per-sequence part is the one free parameter, `overhead`
+(a = overhead * C / decode_tps).
 
 At a rate λ of requests with P prompt and O output tokens, in steady state:
 - decodes running: d = λ O t̄ (Little), capped by max-num-seqs;
@@ -63,14 +65,25 @@ class Costs:
 
     @classmethod
     def from_ceiling(
-        cls, ceiling: Ceiling, default_budget: int, overhead: float = DEFAULT_OVERHEAD
+        cls,
+        ceiling: Ceiling,
+        default_budget: int,
+        overhead: float = DEFAULT_OVERHEAD,
+        *,
+        stall: float | None = None,
     ) -> Costs:
+        """The costs the ceilings imply. `stall`, when known, is the longest inter-token gap
+        vLLM's defaults showed (their ITL p95 at the target rate, where a whole budget of
+        prefill shares a step with the decodes): a prompt token costs at least what that
+        gap says, which on the CPU engine was half as much again as the prefill ceiling's."""
         concurrency = ceiling.decode_concurrency or DECODE_CONCURRENCY
         decode_step = concurrency / ceiling.decode_tps
         fixed = overhead * decode_step
         per_sequence = (decode_step - fixed) / concurrency
         prefill_step = default_budget / ceiling.prefill_tps
         per_token = max(prefill_step - fixed, 0.0) / default_budget
+        if stall is not None:
+            per_token = max(per_token, (stall - fixed) / default_budget)
         return cls(fixed=fixed, prefill=per_token, decode=per_sequence)
 
 
