@@ -389,7 +389,7 @@ def model_errors(
         ceiling,
         int(defaults.params["max_num_batched_tokens"]),
         overhead=overhead,
-        stall=defaults.measurement.itl_p95 if stalls and defaults.measurement else None,
+        stall=perfmodel.stall_of(defaults.measurement) if stalls else None,
     )
     shape = perfmodel.Shape(ceiling.prompt_tokens, output.mean)
     kv_tokens = (defaults.facts or {}).get("kv_cache_tokens")

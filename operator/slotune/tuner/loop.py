@@ -431,7 +431,7 @@ class Tuner:
         costs = perfmodel.Costs.from_ceiling(
             ceiling,
             int(budget or self.platform.defaults["max_num_batched_tokens"]),
-            stall=baseline.measurement.itl_p95 if baseline.measurement else None,
+            stall=perfmodel.stall_of(baseline.measurement),
         )
         kv_tokens = (baseline.facts or {}).get("kv_cache_tokens")
         suggested = perfmodel.suggest(

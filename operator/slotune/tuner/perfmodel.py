@@ -48,6 +48,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from slotune.capacity import Ceiling
 from slotune.models import SloSpec
 from slotune.tuner.measure import DECODE_CONCURRENCY
+from slotune.tuner.records import Measurement
 from slotune.tuner.space import Space, clamp_into
 
 DEFAULT_OVERHEAD = 0.5
@@ -85,6 +86,14 @@ class Costs:
         if stall is not None:
             per_token = max(per_token, (stall - fixed) / default_budget)
         return cls(fixed=fixed, prefill=per_token, decode=per_sequence)
+
+
+def stall_of(measurement: Measurement | None) -> float | None:
+    """vLLM's defaults' ITL p95 at the target rate, as their trial recorded it (a compact
+    record keeps it only as the SLO's ITL percentile)."""
+    if measurement is None:
+        return None
+    return measurement.itl_p95 or measurement.slo_percentiles.get("itl")
 
 
 @dataclass(frozen=True)
