@@ -214,6 +214,13 @@ def _levels(dist: BaseDistribution, count: int) -> list[Any]:
     return []
 
 
+MARGIN = 0.8
+"""`suggest` aims inside the SLO by this factor on every bound: the model's capacity error on
+the CPU landscape had a median of 17% (bench/results/sampler-benchmark.md), and its best
+configuration sat at the edge of a cliff (a budget just short of the one whose stall breaks the
+ITL bound), where the run-to-run spread decides."""
+
+
 def suggest(
     space: Space,
     defaults: dict[str, Any],
@@ -224,13 +231,24 @@ def suggest(
     count: int,
     kv_tokens: int | None = None,
     levels: int = 16,
+    margin: float = MARGIN,
 ) -> list[tuple[dict[str, Any], float]]:
-    """The `count` configurations of the space the model predicts to carry the most, with
-    their predicted capacities: the token budget and sequence limit over a grid, every other
-    knob at vLLM's default (the model has no term for them)."""
+    """The `count` configurations of the space the model predicts to carry the most within
+    every SLO bound tightened by `margin`, each with its own token budget, with their
+    predicted capacities. The token budget and sequence limit go over a grid, every other knob
+    stays at vLLM's default (the model has no term for them); of equal predictions, the one
+    with vLLM's default sequence limit is taken (the model cannot tell them apart)."""
+    tight = slo.model_copy(
+        update={
+            name: target.model_copy(update={"max_seconds": target.max_seconds * margin})
+            for name, target in slo.targets().items()
+        }
+    )
     budgets = _levels(space["max_num_batched_tokens"], levels)
-    seqs = _levels(space["max_num_seqs"], levels // 2) if "max_num_seqs" in space else [None]
     base = clamp_into(space, defaults)
+    seqs: list[Any] = [None]
+    if "max_num_seqs" in space:
+        seqs = sorted({base.get("max_num_seqs"), *_levels(space["max_num_seqs"], levels // 2)})
     ranked = []
     for budget in budgets:
         for limit in seqs:
@@ -238,8 +256,15 @@ def suggest(
             if limit is not None:
                 params["max_num_seqs"] = limit
             found = capacity(
-                costs, shape, slo, budget, params.get("max_num_seqs") or 256, kv_tokens=kv_tokens
+                costs, shape, tight, budget, params.get("max_num_seqs") or 256, kv_tokens=kv_tokens
             )
             ranked.append((params, found))
-    ranked.sort(key=lambda pair: -pair[1])
-    return ranked[:count]
+    default_seqs = base.get("max_num_seqs")
+    ranked.sort(key=lambda pair: (-round(pair[1], 6), pair[0].get("max_num_seqs") != default_seqs))
+    chosen: list[tuple[dict[str, Any], float]] = []
+    for params, found in ranked:
+        if all(params["max_num_batched_tokens"] != c["max_num_batched_tokens"] for c, _ in chosen):
+            chosen.append((params, found))
+        if len(chosen) == count:
+            break
+    return chosen
