@@ -554,10 +554,35 @@ class Reading:
         return low, high
 
 
+KV_ROUNDS = 6
+"""Rounds of KV_HOLDERS, at most, until enough scrapes could be compared while blocks were
+held: on a loaded machine the engine's /metrics took up to 3.4 s to answer, and a round
+compared none (make test under a one-core hog, 2026-12-04); run alone under that hog, the
+fourth round was the first to compare enough."""
+
+
 def test_kv_cache_usage_is_what_the_engine_reported_at_each_scrape(shared: Engine) -> None:
     """Prometheus' samples of the gauge, each compared with the engine's own /metrics read
     around the sample's timestamp, while two long requests decode (the gauge then moves at
-    each 128-token block, every half second or so)."""
+    each 128-token block, every half second or so). A round that compares fewer than three
+    scrapes while blocks are held is followed by another, up to KV_ROUNDS; every scrape that
+    can be compared must agree, in every round."""
+    held: list[float] = []
+    for _ in range(KV_ROUNDS):
+        held += _kv_round(shared)
+        if len(held) >= 3:
+            break
+    assert len(held) >= 3  # scrapes while the requests held blocks
+
+    # Idle again: the operator's query shows the engine's current value.
+    assert shared.source.query_value(metrics.kv_cache_usage(TINY)) == shared.scrape.value(
+        KV_USAGE, model_name=SERVED
+    )
+
+
+def _kv_round(shared: Engine) -> list[float]:
+    """One round of KV_HOLDERS: every scrape that can be compared is checked; returns the
+    values of those taken while blocks were held."""
     pages: list[tuple[float, float, str]] = []  # (fetch began, fetch ended, text)
     done = threading.Event()
     failures: list[Exception] = []
@@ -615,12 +640,7 @@ def test_kv_cache_usage_is_what_the_engine_reported_at_each_scrape(shared: Engin
     print(f"scrape durations: max {max(took.values()) * 1000:.0f} ms")
     for low, prom, high in compared:
         assert low <= prom <= high, (low, prom, high)
-    assert len(held) >= 3  # scrapes while the requests held blocks
-
-    # Idle again: the operator's query shows the engine's current value.
-    assert shared.source.query_value(metrics.kv_cache_usage(TINY)) == shared.scrape.value(
-        KV_USAGE, model_name=SERVED
-    )
+    return held
 
 
 # --- 2. SLO-centred buckets ---------------------------------------------------------------------
