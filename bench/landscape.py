@@ -183,7 +183,10 @@ def grid(tuner: Tuner, axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]
 SPEED_TOLERANCE = 0.10
 """How far this machine's prefill ceiling may be from the landscape's first run's. Instances
 of one machine type differ by more than 3x (bench/results/make-tune-runs.md, runs 14 and 15)
-against a spec scaled to the first; three ceilings on one instance lay within 3%."""
+against a spec scaled to the first. On one instance, three ceilings lay within 3% of each
+other and a fourth, an hour later, at 1.16x (it was refused): the prefill ceiling itself
+varies more than this bound allows, so a refused run may be a noisy ceiling, not another
+machine; nothing is recorded either way."""
 
 
 def same_speed(ceiling: Ceiling, reference: Ceiling) -> None:
