@@ -208,14 +208,7 @@ def main() -> int:
     landscape = Landscape.load(args.landscape)
     text = spec_text(args, landscape)
     tuner = build_tuner(args, text)
-    reference = next(
-        (
-            p.record.measurement.ceiling
-            for p in landscape.points
-            if p.record.measurement is not None and p.record.measurement.ceiling is not None
-        ),
-        None,
-    )
+    reference = landscape.ceiling()
     points = grid(tuner, args.grid)
     jobs = list(itertools.product(range(args.repeats), points))
     if reference is not None:  # this machine's speed first: one more repeat of the defaults

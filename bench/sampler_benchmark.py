@@ -375,34 +375,28 @@ def model_errors(
 ) -> list[tuple[Key, float, float]]:
     """For each recorded configuration: the performance model's capacity and the median
     recorded one."""
-    measured = [
-        (r, r.measurement.ceiling)
-        for records in truth.table.values()
-        for r in records
-        if r.measurement is not None and r.measurement.ceiling is not None
-    ]
+    baseline, ceiling = bench.landscape.baseline(), bench.landscape.ceiling()
     output = bench.spec.tuning.workload.output_tokens
-    if not measured or output is None or bench.spec.slo is None:
+    if baseline is None or ceiling is None or output is None or bench.spec.slo is None:
         return []
-    defaults, ceiling = measured[0]
-    costs = perfmodel.Costs.from_ceiling(
+    inputs = perfmodel.Inputs.from_baseline(
+        baseline,
         ceiling,
-        int(defaults.params["max_num_batched_tokens"]),
+        output.mean,
+        bench.platform.defaults["max_num_batched_tokens"],
         overhead=overhead,
-        stall=perfmodel.stall_of(defaults.measurement) if stalls else None,
+        stall=stalls,
     )
-    shape = perfmodel.Shape(ceiling.prompt_tokens, output.mean)
-    kv_tokens = (defaults.facts or {}).get("kv_cache_tokens")
     found = []
     for key, records in truth.table.items():
         params = dict(key)
         predicted = perfmodel.capacity(
-            costs,
-            shape,
+            inputs.costs,
+            inputs.shape,
             bench.spec.slo,
             int(params["max_num_batched_tokens"]),
             int(params.get("max_num_seqs") or 256),
-            kv_tokens=kv_tokens,
+            kv_tokens=inputs.kv_tokens,
         )
         found.append((key, predicted, median_capacity(records)))
     return found

@@ -147,20 +147,24 @@ class ModelledRuntime:
         )
 
 
-def study(model_start: int) -> list[Any]:
+def tuner(model_start: int, records: list[Any] | None = None) -> Tuner:
+    """A study of `spec()` on the model's own engine, from `records` if given."""
     runtime = ModelledRuntime()
-    tuner = Tuner(
+    return Tuner(
         spec(),
         runtime=runtime,
         measure=runtime.measure,
         platform=CPU,
         model="tiny",
         served_name="tiny",
-        store=MemoryStore(),
+        store=MemoryStore(records),
         options=TunerOptions(model_start=model_start, finalists=0, patience=10),
         clock=lambda: 0.0,
     )
-    return tuner.run().records
+
+
+def study(model_start: int) -> list[Any]:
+    return tuner(model_start).run().records
 
 
 def test_the_trials_after_the_defaults_go_where_the_model_predicts_the_most() -> None:
@@ -191,29 +195,9 @@ def test_a_study_rebuilt_during_the_model_start_plans_the_same_next_trial() -> N
     """(After it, the sampler's draws move on by design: `Tuner` reseeds a rebuilt study.)"""
     whole = study(model_start=2)
     for done in (1, 2):
-        runtime = ModelledRuntime()
-        rebuilt = Tuner(
-            spec(),
-            runtime=runtime,
-            measure=runtime.measure,
-            platform=CPU,
-            model="tiny",
-            served_name="tiny",
-            store=MemoryStore(whole[:done]),
-            options=TunerOptions(model_start=2, finalists=0, patience=10),
-        )
-        planned = rebuilt.plan()
+        planned = tuner(2, whole[:done]).plan()
         assert isinstance(planned, NextTrial)
         assert (planned.params, planned.label) == (whole[done].params, whole[done].label)
-    rebuilt_after = Tuner(
-        spec(),
-        runtime=None,
-        measure=None,
-        platform=CPU,
-        model="tiny",
-        served_name="tiny",
-        store=MemoryStore(whole[:3]),
-        options=TunerOptions(model_start=2, finalists=0, patience=10),
-    ).plan()
+    rebuilt_after = tuner(2, whole[:3]).plan()
     assert isinstance(rebuilt_after, NextTrial)
     assert rebuilt_after.label is None  # no model trial queued twice

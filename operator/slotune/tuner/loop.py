@@ -427,21 +427,17 @@ class Tuner:
         if baseline is None or ceiling is None or output is None:
             return
         self._model_planned = True
-        budget = baseline.params.get("max_num_batched_tokens")
-        costs = perfmodel.Costs.from_ceiling(
-            ceiling,
-            int(budget or self.platform.defaults["max_num_batched_tokens"]),
-            stall=perfmodel.stall_of(baseline.measurement),
+        inputs = perfmodel.Inputs.from_baseline(
+            baseline, ceiling, output.mean, self.platform.defaults["max_num_batched_tokens"]
         )
-        kv_tokens = (baseline.facts or {}).get("kv_cache_tokens")
         suggested = perfmodel.suggest(
             self.space,
             self.platform.defaults,
-            costs,
-            perfmodel.Shape(ceiling.prompt_tokens, output.mean),
+            inputs.costs,
+            inputs.shape,
             self.slo,
             count=self.options.model_start + 1,  # one may be a configuration already run
-            kv_tokens=kv_tokens,
+            kv_tokens=inputs.kv_tokens,
         )
         done = {r.label for r in self.records if r.label}
         # Configurations run before the model's turn (the defaults, the current one) are not

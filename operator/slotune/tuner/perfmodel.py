@@ -48,7 +48,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from slotune.capacity import Ceiling
 from slotune.models import SloSpec
 from slotune.tuner.measure import DECODE_CONCURRENCY
-from slotune.tuner.records import Measurement
+from slotune.tuner.records import Measurement, TrialRecord
 from slotune.tuner.space import Space, clamp_into
 
 DEFAULT_OVERHEAD = 0.5
@@ -102,6 +102,38 @@ class Shape:
 
     prompt: float
     output: float
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the model takes from a study's trial of vLLM's defaults."""
+
+    costs: Costs
+    shape: Shape
+    kv_tokens: int | None
+
+    @classmethod
+    def from_baseline(
+        cls,
+        baseline: TrialRecord,
+        ceiling: Ceiling,
+        output_tokens: float,
+        default_budget: int,
+        *,
+        overhead: float = DEFAULT_OVERHEAD,
+        stall: bool = True,
+    ) -> Inputs:
+        """From the defaults' record (its budget, its stall when `stall`, its KV capacity)
+        and the ceilings the study measured."""
+        budget = baseline.params.get("max_num_batched_tokens") or default_budget
+        costs = Costs.from_ceiling(
+            ceiling,
+            int(budget),
+            overhead,
+            stall=stall_of(baseline.measurement) if stall else None,
+        )
+        kv_tokens = (baseline.facts or {}).get("kv_cache_tokens")
+        return cls(costs, Shape(ceiling.prompt_tokens, output_tokens), kv_tokens)
 
 
 @dataclass(frozen=True)
