@@ -87,9 +87,10 @@ def vllm_python() -> Path:
 
 
 def commit() -> str:
-    """The commit measured: git's, or SLOTUNE_COMMIT where the tree travelled without .git."""
+    """The commit measured: SLOTUNE_COMMIT where it is set (the device machine's copy of the
+    tree carries a .git that may be older than the tree), else git's."""
     git = shutil.which("git")
-    if git is None or not (ROOT / ".git").exists():
+    if os.environ.get("SLOTUNE_COMMIT") or git is None:
         return os.environ.get("SLOTUNE_COMMIT", "")
     found = subprocess.run(
         [git, "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
