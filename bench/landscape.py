@@ -89,9 +89,10 @@ def vllm_python() -> Path:
 def commit() -> str:
     """The commit measured: SLOTUNE_COMMIT where it is set (the device machine's copy of the
     tree carries a .git that may be older than the tree), else git's."""
+    given = os.environ.get("SLOTUNE_COMMIT", "")
     git = shutil.which("git")
-    if os.environ.get("SLOTUNE_COMMIT") or git is None:
-        return os.environ.get("SLOTUNE_COMMIT", "")
+    if given or git is None:
+        return given
     found = subprocess.run(
         [git, "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
         capture_output=True,

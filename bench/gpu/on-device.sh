@@ -131,14 +131,16 @@ follow)
   # until it ends.
   seconds="${2:?follow SECONDS}"
   pid="$(cat /tmp/slotune-landscape.pid)"
-  while (( SECONDS < seconds )); do
+  bring_back() {
     cp /tmp/slotune-landscape.jsonl "$OUT/h200-study.jsonl" 2>/dev/null || true
     cp /tmp/slotune-landscape.log "$OUT/landscape.log" 2>/dev/null || true
-    kill -0 "$pid" 2>/dev/null || { echo "the landscape run has ended"; break; }
+  }
+  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
+    bring_back
     sleep 5
   done
-  cp /tmp/slotune-landscape.jsonl "$OUT/h200-study.jsonl" 2>/dev/null || true
-  cp /tmp/slotune-landscape.log "$OUT/landscape.log" 2>/dev/null || true
+  kill -0 "$pid" 2>/dev/null || echo "the landscape run has ended"
+  bring_back
   tail -n 30 /tmp/slotune-landscape.log
   ;;
 side-by-side)
