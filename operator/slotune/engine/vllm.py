@@ -18,48 +18,78 @@ from functools import cache
 from importlib import resources
 from typing import Any, get_args
 
+from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob
 from slotune.models import AttentionBackend, EngineArgs, KvCacheDtype
 
 PINNED_VERSION = "0.32.0"
 DEFAULT_PORT = 8000
 
 
-@dataclass(frozen=True)
-class TunedFlag:
-    """A vLLM flag slotune sets from a typed field of `spec.engine.args`."""
-
-    field: str
-    flag: str
-    spec_name: str
-    aliases: tuple[str, ...] = ()
-    negative: str | None = None
-
-    def spellings(self) -> tuple[str, ...]:
-        """Every spelling vLLM's parser maps onto this setting."""
-        names = (self.flag, *self.aliases)
-        return names if self.negative is None else (*names, self.negative)
-
-
-TUNED_FLAGS: tuple[TunedFlag, ...] = (
-    TunedFlag("max_num_batched_tokens", "--max-num-batched-tokens", "maxNumBatchedTokens"),
-    TunedFlag("block_size", "--block-size", "blockSize"),
-    TunedFlag(
+# Every setting slotune sets from a typed field of spec.engine.args, in the order it renders
+# them (a new order would change every Deployment's pod template, and restart every engine, on
+# upgrade). `search` is the default search range per platform, `defaults` vLLM's resolved
+# defaults for `vllm serve` there (reference/vllm.md §1.1a, §4): on the CPU engine the KV
+# cache is sized by VLLM_CPU_KVCACHE_SPACE, so the memory fraction is not tuned there, and
+# block sizes and KV dtypes are kept where the platform's attention backend accepts them.
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "max_num_batched_tokens",
+        "--max-num-batched-tokens",
+        "maxNumBatchedTokens",
+        short="batched",
+        search={"cpu": IntSpan(128, 8192, log=True), "h200": IntSpan(256, 32768, log=True)},
+        defaults={"cpu": 2048, "h200": 8192},
+    ),
+    Knob(
+        "block_size",
+        "--block-size",
+        "blockSize",
+        short="block",
+        search={
+            "cpu": Choices((16, 32, 64, 128, 256)),
+            "h200": Choices((16, 32, 64, 128, 256)),
+        },
+        defaults={"cpu": 128, "h200": 16},
+    ),
+    Knob(
         "gpu_memory_utilization",
         "--gpu-memory-utilization",
         "gpuMemoryUtilization",
+        short="gmu",
         aliases=("--device-memory-utilization",),
+        search={"h200": FloatSpan(0.80, 0.95, step=0.01)},
+        defaults={"h200": 0.92},
     ),
-    TunedFlag("max_num_seqs", "--max-num-seqs", "maxNumSeqs"),
-    TunedFlag("max_model_len", "--max-model-len", "maxModelLen"),
-    TunedFlag(
+    Knob(
+        "max_num_seqs",
+        "--max-num-seqs",
+        "maxNumSeqs",
+        short="seqs",
+        search={"cpu": IntSpan(8, 256, log=True), "h200": IntSpan(8, 1024, log=True)},
+        defaults={"cpu": 128, "h200": 1024},
+    ),
+    Knob("max_model_len", "--max-model-len", "maxModelLen", short="len"),
+    Knob(
         "enable_prefix_caching",
         "--enable-prefix-caching",
         "enablePrefixCaching",
+        short="prefix",
         aliases=("--disable-prefix-caching",),
         negative="--no-enable-prefix-caching",
+        search={"cpu": Choices((True, False)), "h200": Choices((True, False))},
+        defaults={"cpu": True, "h200": True},
     ),
-    TunedFlag("kv_cache_dtype", "--kv-cache-dtype", "kvCacheDtype"),
+    Knob(
+        "kv_cache_dtype",
+        "--kv-cache-dtype",
+        "kvCacheDtype",
+        short="kv",
+        search={"h200": Choices(("auto", "fp8"))},
+        defaults={"h200": "auto"},
+    ),
 )
+KNOB = {knob.field: knob for knob in KNOBS}
+
 
 # vLLM reads its API key (required on /v1 paths) from this variable; slotune's load generator
 # sends what it holds.
@@ -162,6 +192,16 @@ KV_CACHE_DTYPES: dict[str, tuple[str, ...]] = {
 }
 
 
+def backend_accepts(knob: str, value: Any, backend: str) -> bool:
+    """Whether an attention backend takes this value of a knob: block sizes and KV-cache
+    dtypes depend on the backend, the other knobs do not."""
+    if knob == "block_size":
+        return BLOCK_SIZE_RULES[backend].accepts(value)
+    if knob == "kv_cache_dtype":
+        return value in KV_CACHE_DTYPES[backend]
+    return True
+
+
 def kv_cache_dtype_hint(value: str) -> str:
     """For a KV-cache dtype vLLM does not know (`int4`, `fp4`): the nearest ones it does, each
     with the attention backends that run it, so that the fix names a real value."""
@@ -238,8 +278,8 @@ def flag_table_note(image: str) -> str:
     )
 
 
-def _tuned_by_spelling() -> dict[str, TunedFlag]:
-    return {spelling: flag for flag in TUNED_FLAGS for spelling in flag.spellings()}
+def _tuned_by_spelling() -> dict[str, Knob]:
+    return {spelling: knob for knob in KNOBS for spelling in knob.spellings()}
 
 
 def _normalise(option: str) -> str:
@@ -534,7 +574,7 @@ def render_tuned_args(args: EngineArgs) -> list[str]:
     """The typed settings as vLLM flags, always in full-name form and a stable order."""
     rendered: list[str] = []
     explicit = args.explicit()
-    for flag in TUNED_FLAGS:
+    for flag in KNOBS:
         if flag.field not in explicit:
             continue
         value = explicit[flag.field]

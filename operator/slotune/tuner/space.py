@@ -19,6 +19,7 @@ from optuna.distributions import (
 )
 
 from slotune.engine import vllm
+from slotune.engine.knobs import FloatSpan, IntSpan, Knob, Range
 from slotune.models import EngineArgs, FloatRange, IntRange, LLMDeploymentSpec, SearchSpace
 
 Space = dict[str, BaseDistribution]
@@ -26,43 +27,22 @@ Space = dict[str, BaseDistribution]
 
 @dataclass(frozen=True)
 class Platform:
-    """What the engine runs on: its attention backend and vLLM's resolved defaults there."""
+    """What the engine runs on: its attention backend, and vLLM's resolved defaults there
+    (from the knob registry, `slotune.engine.vllm.KNOBS`)."""
 
     name: str
     backend: str
-    defaults: dict[str, Any]
-    tunes_memory_fraction: bool
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {k.field: k.defaults[self.name] for k in _in_draw_order() if self.name in k.defaults}
 
     def default_args(self) -> EngineArgs:
         return EngineArgs(**self.defaults)
 
 
-# vLLM's resolved defaults for `vllm serve` (reference/vllm.md §1.1a, §4).
-CPU = Platform(
-    name="cpu",
-    backend="CPU_ATTN",
-    defaults={
-        "max_num_batched_tokens": 2048,
-        "max_num_seqs": 128,
-        "block_size": 128,
-        "enable_prefix_caching": True,
-    },
-    # On the CPU engine the KV cache is sized by VLLM_CPU_KVCACHE_SPACE.
-    tunes_memory_fraction=False,
-)
-H200 = Platform(
-    name="h200",
-    backend="FLASH_ATTN",
-    defaults={
-        "max_num_batched_tokens": 8192,
-        "max_num_seqs": 1024,
-        "block_size": 16,
-        "gpu_memory_utilization": 0.92,
-        "enable_prefix_caching": True,
-        "kv_cache_dtype": "auto",
-    },
-    tunes_memory_fraction=True,
-)
+CPU = Platform(name="cpu", backend="CPU_ATTN")
+H200 = Platform(name="h200", backend="FLASH_ATTN")
 PLATFORMS = {p.name: p for p in (CPU, H200)}
 
 
@@ -72,28 +52,40 @@ def platform_for(spec: LLMDeploymentSpec) -> Platform:
     return CPU if spec.resources.gpus == 0 else H200
 
 
-def _block_sizes(backend: str) -> tuple[int, ...]:
-    rule = vllm.BLOCK_SIZE_RULES[backend]
-    candidates = (16, 32, 64, 128, 256)
-    return tuple(size for size in candidates if rule.accepts(size))
+# The order in which a study draws the knobs, as it was before the registry: a seeded study
+# draws the same configurations as before. A knob not listed here is drawn after these.
+_DRAW_ORDER = (
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "block_size",
+    "enable_prefix_caching",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+)
+
+
+def _in_draw_order() -> list[Knob]:
+    rank = {name: i for i, name in enumerate(_DRAW_ORDER)}
+    return sorted(vllm.KNOBS, key=lambda k: rank.get(k.field, len(rank)))
+
+
+def _distribution(knob: Knob, rule: Range, backend: str) -> BaseDistribution | None:
+    if isinstance(rule, IntSpan):
+        return IntDistribution(rule.low, rule.high, log=rule.log)
+    if isinstance(rule, FloatSpan):
+        return FloatDistribution(rule.low, rule.high, step=rule.step)
+    kept = tuple(v for v in rule.values if vllm.backend_accepts(knob.field, v, backend))
+    return CategoricalDistribution(kept) if len(kept) > 1 else None
 
 
 def default_space(platform: Platform) -> Space:
-    """Every knob slotune tunes by default on this platform."""
-    cpu = platform.backend == "CPU_ATTN"
-    space: Space = {
-        "max_num_batched_tokens": IntDistribution(
-            128 if cpu else 256, 8192 if cpu else 32768, log=True
-        ),
-        "max_num_seqs": IntDistribution(8, 256 if cpu else 1024, log=True),
-        "block_size": CategoricalDistribution(_block_sizes(platform.backend)),
-        "enable_prefix_caching": CategoricalDistribution((True, False)),
-    }
-    if platform.tunes_memory_fraction:
-        space["gpu_memory_utilization"] = FloatDistribution(0.80, 0.95, step=0.01)
-    kv_dtypes = tuple(d for d in ("auto", "fp8") if d in vllm.KV_CACHE_DTYPES[platform.backend])
-    if not cpu and len(kv_dtypes) > 1:
-        space["kv_cache_dtype"] = CategoricalDistribution(kv_dtypes)
+    """Every knob slotune tunes by default on this platform (the registry's search ranges)."""
+    space: Space = {}
+    for knob in _in_draw_order():
+        rule = knob.search.get(platform.name)
+        distribution = _distribution(knob, rule, platform.backend) if rule else None
+        if distribution is not None:
+            space[knob.field] = distribution
     return space
 
 
@@ -147,14 +139,7 @@ def clamp_into(space: Space, params: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-PARAM_SHORT = {
-    "max_num_batched_tokens": "batched",
-    "max_num_seqs": "seqs",
-    "block_size": "block",
-    "gpu_memory_utilization": "gmu",
-    "enable_prefix_caching": "prefix",
-    "kv_cache_dtype": "kv",
-}
+PARAM_SHORT = {knob.field: knob.short for knob in vllm.KNOBS}
 
 
 def describe_params(params: dict[str, object]) -> str:

@@ -1,0 +1,72 @@
+"""What a knob is: an engine setting slotune sets from a typed field of `spec.engine.args`.
+
+An engine adapter lists its knobs in one table (`slotune.engine.vllm.KNOBS`), and everything
+that names a knob reads that table: the flags rendered and the ones `extraArgs` may not repeat,
+the short names of trial lines, the default search space on each platform, and the engine's
+own defaults there. A unit test pins the table to the API's fields. Adding a knob is one entry
+there and one field in `EngineArgs` (and in `SearchSpace`, if it is tuned).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class IntSpan:
+    """Integers from low to high, drawn on a log scale where `log`."""
+
+    low: int
+    high: int
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class FloatSpan:
+    """Floats from low to high in steps of `step`."""
+
+    low: float
+    high: float
+    step: float
+
+
+@dataclass(frozen=True)
+class Choices:
+    """A set of values, of which a platform keeps those its attention backend accepts."""
+
+    values: tuple[Any, ...]
+
+
+Range = IntSpan | FloatSpan | Choices
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One engine setting: its API field, its flag, how trial lines name it, where it is tuned
+    by default and what the engine does when it is unset."""
+
+    field: str
+    """The field of `EngineArgs` (and of `SearchSpace` when tuned), in snake case."""
+    flag: str
+    spec_name: str
+    """The field as the spec spells it (camel case)."""
+    short: str
+    """The name in trial lines and plots."""
+    aliases: tuple[str, ...] = ()
+    """Other spellings users write for it: the parser's own aliases, and older releases' flags
+    (refused in `extraArgs` with a pointer to the field)."""
+    negative: str | None = None
+    """The flag that turns a boolean knob off."""
+    search: Mapping[str, Range] = dataclasses.field(default_factory=dict)
+    """The default search range on each platform (by name); a platform without one does not
+    tune the knob unless the spec's searchSpace names it."""
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The engine's own resolved default on each platform (by name), where it has one."""
+
+    def spellings(self) -> tuple[str, ...]:
+        """Every spelling the engine's parser maps onto this setting."""
+        names = (self.flag, *self.aliases)
+        return names if self.negative is None else (*names, self.negative)
