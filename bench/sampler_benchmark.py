@@ -13,6 +13,9 @@ verdicts); only the sampler and its start differ.
   where the performance model (slotune.tuner.perfmodel), fed the ceilings measured on the
   defaults, predicts the most capacity.
 - random: Optuna's RandomSampler over the same space, no seed configuration.
+- random+defaults: the same, after vLLM's defaults as its first trial, as slotune's study
+  starts (the trial that measures the ceilings and the baseline): what the start costs,
+  apart from the sampler.
 - auto_tune: vLLM's benchmarks/auto_tune default lists, max-num-seqs {128, 256} x
   max-num-batched-tokens {512, 1024, 2048, 4096} (moved into the space), in random order.
 - sweep: 8 points in the manner of vLLM's tuning recipes: from vLLM's defaults, the
@@ -156,6 +159,11 @@ METHODS = {
         "random",
         lambda b: b,
         lambda seed, space, p: (optuna.samplers.RandomSampler(seed=seed), None, False),
+    ),
+    "random+defaults": Method(
+        "random+defaults",
+        lambda b: b,
+        lambda seed, space, p: (optuna.samplers.RandomSampler(seed=seed), None, True),
     ),
     "auto_tune": Method(
         "auto_tune",
