@@ -88,7 +88,6 @@ KNOBS: tuple[Knob, ...] = (
         defaults={"h200": "auto"},
     ),
 )
-KNOB = {knob.field: knob for knob in KNOBS}
 
 
 # vLLM reads its API key (required on /v1 paths) from this variable; slotune's load generator
@@ -462,15 +461,17 @@ def check_args(args: EngineArgs, backend: AttentionBackend) -> list[Violation]:
                 "vLLM needs max-num-batched-tokens >= max-num-seqs",
             )
         )
-    rule = BLOCK_SIZE_RULES[backend]
-    if args.block_size is not None and not rule.accepts(args.block_size):
+    if args.block_size is not None and not backend_accepts("block_size", args.block_size, backend):
         problems.append(
             Violation(
                 "spec.engine.args.blockSize",
-                f"{args.block_size} is not valid on {backend}: it must be {rule.describe()}",
+                f"{args.block_size} is not valid on {backend}: it must be "
+                f"{BLOCK_SIZE_RULES[backend].describe()}",
             )
         )
-    if args.kv_cache_dtype is not None and args.kv_cache_dtype not in KV_CACHE_DTYPES[backend]:
+    if args.kv_cache_dtype is not None and not backend_accepts(
+        "kv_cache_dtype", args.kv_cache_dtype, backend
+    ):
         problems.append(
             Violation(
                 "spec.engine.args.kvCacheDtype",
@@ -574,14 +575,14 @@ def render_tuned_args(args: EngineArgs) -> list[str]:
     """The typed settings as vLLM flags, always in full-name form and a stable order."""
     rendered: list[str] = []
     explicit = args.explicit()
-    for flag in KNOBS:
-        if flag.field not in explicit:
+    for knob in KNOBS:
+        if knob.field not in explicit:
             continue
-        value = explicit[flag.field]
+        value = explicit[knob.field]
         if isinstance(value, bool):
-            rendered.append(flag.flag if value else str(flag.negative))
+            rendered.append(knob.flag if value else str(knob.negative))
         else:
-            rendered += [flag.flag, _render_value(value)]
+            rendered += [knob.flag, _render_value(value)]
     return rendered
 
 

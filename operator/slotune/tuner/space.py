@@ -35,7 +35,7 @@ class Platform:
 
     @property
     def defaults(self) -> dict[str, Any]:
-        return {k.field: k.defaults[self.name] for k in _in_draw_order() if self.name in k.defaults}
+        return {k.field: k.defaults[self.name] for k in _IN_DRAW_ORDER if self.name in k.defaults}
 
     def default_args(self) -> EngineArgs:
         return EngineArgs(**self.defaults)
@@ -64,9 +64,10 @@ _DRAW_ORDER = (
 )
 
 
-def _in_draw_order() -> list[Knob]:
-    rank = {name: i for i, name in enumerate(_DRAW_ORDER)}
-    return sorted(vllm.KNOBS, key=lambda k: rank.get(k.field, len(rank)))
+_IN_DRAW_ORDER = sorted(
+    vllm.KNOBS,
+    key=lambda k: _DRAW_ORDER.index(k.field) if k.field in _DRAW_ORDER else len(_DRAW_ORDER),
+)
 
 
 def _distribution(knob: Knob, rule: Range, backend: str) -> BaseDistribution | None:
@@ -81,7 +82,7 @@ def _distribution(knob: Knob, rule: Range, backend: str) -> BaseDistribution | N
 def default_space(platform: Platform) -> Space:
     """Every knob slotune tunes by default on this platform (the registry's search ranges)."""
     space: Space = {}
-    for knob in _in_draw_order():
+    for knob in _IN_DRAW_ORDER:
         rule = knob.search.get(platform.name)
         distribution = _distribution(knob, rule, platform.backend) if rule else None
         if distribution is not None:
