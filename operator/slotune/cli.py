@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from slotune import crdgen, models, render
-from slotune.engine import vllm
+from slotune.engine import ENGINES
 from slotune.settings import SettingsError
 from slotune.spec import parse_spec, validation_problems
 
@@ -66,7 +66,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         failed = failed or bool(problems)
         for deployment in deployments:
-            note = vllm.flag_table_note(deployment.spec.engine.image)
+            engine = ENGINES.get(deployment.spec.engine.kind)
+            note = engine.image_note(deployment.spec.engine.image) if engine else ""
             if note:
                 print(f"{path}: {deployment.metadata.name}: warning: {note}", file=sys.stderr)
         if not problems:

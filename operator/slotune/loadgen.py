@@ -36,13 +36,15 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
-from slotune.engine.vllm import API_KEY_VAR
+from slotune import attainment
+from slotune.engine import ENGINES
 from slotune.stats import mean, percentile
 
 Clock = Callable[[], float]
 
-SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
-"""Metrics a goodput SLO may name; values are seconds (`vllm bench serve --goodput` takes ms)."""
+SLO_METRICS = tuple(attainment.SLO_METRICS)
+"""Metrics a goodput SLO may name (the SLO-metric registry's); values are seconds (`vllm bench
+serve --goodput` takes ms)."""
 
 COMPLETIONS_PATH = "/v1/completions"
 MIN_TOKEN_ID = 10
@@ -568,9 +570,11 @@ async def sender(
     target = completions_url(url)
     connector = aiohttp.TCPConnector(limit=0)  # a pool limit would hide queueing from the lag
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    # An engine started with an API key (VLLM_API_KEY, from the LLMDeployment's Secret) wants
-    # it on /v1; a trial's load Job has the same variable from the same Secret.
-    key = os.environ.get(API_KEY_VAR)
+    # An engine started with an API key (from the LLMDeployment's Secret, in the engine's
+    # variable) wants it on /v1; a trial's load Job has the same variable from the same Secret.
+    key = next(
+        (os.environ[e.api_key_env] for e in ENGINES.values() if e.api_key_env in os.environ), None
+    )
     headers = {"Authorization": f"Bearer {key}"} if key else None
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, read_bufsize=_READ_BUFFER_BYTES, headers=headers

@@ -22,11 +22,11 @@ from typing import Any, Literal
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from slotune.engine.base import MetricKind
+from slotune.engine.vllm import SERIES as VLLM_SERIES
 from slotune.models import seconds
 
 # --- metric names across versions ---------------------------------------------------------
-
-MetricKind = Literal["counter", "gauge", "histogram", "info"]
 
 
 @dataclass(frozen=True)
@@ -46,40 +46,8 @@ class MetricName:
 
 
 METRICS: Mapping[str, MetricName] = {
-    # vLLM latency histograms (seconds)
-    "ttft": MetricName("histogram", ("vllm:time_to_first_token_seconds",)),
-    "tpot": MetricName(
-        "histogram",
-        # The older name was hidden in 0.32 and is gone from 0.33 (vllm.md §3).
-        ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
-    ),
-    "itl": MetricName("histogram", ("vllm:inter_token_latency_seconds",)),
-    "e2e": MetricName("histogram", ("vllm:e2e_request_latency_seconds",)),
-    "queue_time": MetricName("histogram", ("vllm:request_queue_time_seconds",)),
-    "prefill_time": MetricName("histogram", ("vllm:request_prefill_time_seconds",)),
-    "decode_time": MetricName("histogram", ("vllm:request_decode_time_seconds",)),
-    # vLLM token-count histograms: the workload's shape
-    "request_prompt_tokens": MetricName("histogram", ("vllm:request_prompt_tokens",)),
-    "request_generation_tokens": MetricName("histogram", ("vllm:request_generation_tokens",)),
-    # vLLM counters
-    "request_success": MetricName("counter", ("vllm:request_success_total",)),
-    "prompt_tokens": MetricName("counter", ("vllm:prompt_tokens_total",)),
-    "generation_tokens": MetricName("counter", ("vllm:generation_tokens_total",)),
-    "preemptions": MetricName("counter", ("vllm:num_preemptions_total",)),
-    "prefix_cache_hits": MetricName(
-        "counter", ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-    ),
-    "prefix_cache_queries": MetricName(
-        "counter", ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
-    ),
-    "admission_rejections": MetricName("counter", ("vllm:admission_rejections_total",)),
-    # vLLM gauges
-    "kv_cache_usage": MetricName(
-        "gauge", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-    ),
-    "requests_running": MetricName("gauge", ("vllm:num_requests_running",)),
-    "requests_waiting": MetricName("gauge", ("vllm:num_requests_waiting",)),
-    "cache_config": MetricName("info", ("vllm:cache_config_info",)),
+    # vLLM's series (the engine adapter's table)
+    **{signal: MetricName(kind, names) for signal, (kind, names) in VLLM_SERIES.items()},
     # DCGM exporter (vllm.md §5)
     "gpu_sm_clock": MetricName("gauge", ("DCGM_FI_DEV_SM_CLOCK",)),
     # Not in the exporter's default CSV; used when a custom CSV adds it.
@@ -171,12 +139,17 @@ class Selector:
         return Selector(self.labels, {**self.regex, **regex})
 
 
-def vllm_selector(
-    model_name: str | None = None, namespace: str | None = None, pod: str | None = None
+def model_selector(
+    model_name: str | None = None,
+    namespace: str | None = None,
+    pod: str | None = None,
+    *,
+    label: str = "model_name",
 ) -> Selector:
-    """Matchers for vLLM's series: `model_name` is the served name; `namespace` and `pod` are
-    the target labels Prometheus adds when it scrapes pods."""
-    given = {"model_name": model_name, "namespace": namespace, "pod": pod}
+    """Matchers for an engine's series: `model_name` is the served name, in the engine's
+    `label` (`Engine.model_label`); `namespace` and `pod` are the target labels Prometheus adds
+    when it scrapes pods."""
+    given = {label: model_name, "namespace": namespace, "pod": pod}
     return Selector({key: value for key, value in given.items() if value is not None})
 
 

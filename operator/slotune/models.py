@@ -291,8 +291,14 @@ _API_KEY_IN_ENV = (
 )
 
 
+_KIND_FIXED = (
+    "engine.kind cannot change: the serving pods' selector names the engine; create a new "
+    "LLMDeployment for another engine"
+)
+
+
 class EngineSpec(ApiModel):
-    """The vLLM engine: image, typed settings and pass-through flags."""
+    """The engine: which one, its image, typed settings and pass-through flags."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -302,10 +308,22 @@ class EngineSpec(ApiModel):
                     _API_KEY_IN_ENV,
                     ".env",
                 ),
+                # The serving pods' selector names the engine, and a Deployment's selector
+                # cannot change.
+                cel("self.kind == oldSelf.kind", _KIND_FIXED, ".kind"),
             ]
         }
     )
 
+    kind: str = Field(
+        default="vllm",
+        min_length=1,
+        max_length=32,
+        pattern=r"^[a-z][a-z0-9-]*$",
+        description="The inference engine, by the name of its adapter: vllm (the default), or "
+        "another slotune runs (an unknown one is reported in the Ready condition, with those "
+        "it knows). Fixed once created.",
+    )
     image: str = Field(
         default=DEFAULT_ENGINE_IMAGE, min_length=1, max_length=512, description="vLLM image."
     )

@@ -33,6 +33,8 @@ from datetime import UTC, datetime, timedelta
 
 from slotune import settings
 from slotune.attainment import CONFIDENCE, SLO_METRICS, requests_to_resolve, z_value
+from slotune.engine import DEFAULT_KIND, engine_for
+from slotune.engine.base import Engine
 from slotune.metrics import (
     METRICS,
     THROTTLING,
@@ -44,9 +46,9 @@ from slotune.metrics import (
     Selector,
     dcgm_selector,
     decode_clock_event_reasons,
+    model_selector,
     request_throughput,
     stable_error,
-    vllm_selector,
     window_seconds,
 )
 from slotune.models import (
@@ -115,13 +117,14 @@ class LiveReading:
     at: datetime
     url: str
     namespace: str
-    model: str  # the served name: vLLM's model_name label
+    model: str  # the served name: the engine's model label (vLLM's model_name)
     window: str
     available: bool
     error: str | None = None
     unreachable: bool = False  # the server failed (no answer, a timeout, an error status)
     cause: str | None = None  # why, without the query: "timed out", "could not connect (...)"
-    scraped: bool = False  # Prometheus holds vLLM series for this model
+    scraped: bool = False  # Prometheus holds the engine's series for this model
+    engine: str = DEFAULT_KIND  # spec.engine.kind
     request_rate: float | None = None  # finished requests per second over the window
     targets: Mapping[str, TargetReading] = field(default_factory=dict)
     gpus: tuple[GpuReading, ...] = ()
@@ -144,10 +147,11 @@ def read_live(
     unreachable or erroring Prometheus: returns `available=False` with the error instead.
     """
     window = spec.slo.window if spec.slo is not None else DEFAULT_WINDOW
-    selector = vllm_selector(model_name=served_name, namespace=namespace)
+    engine = engine_for(spec.engine.kind)
+    selector = model_selector(model_name=served_name, namespace=namespace, label=engine.model_label)
     at = now.timestamp()
     try:
-        present = f"count({METRICS['request_success'].default}{selector})"
+        present = f"count({engine.metrics['request_success'][0]}{selector})"
         scraped = source.query_value(present, at) is not None
         rate: float | None = None
         targets: dict[str, TargetReading] = {}
@@ -156,10 +160,12 @@ def read_live(
             rate = source.query_value(request_throughput(window, selector), at)
             if spec.slo is not None:
                 targets = {
-                    name: _read_target(source, name, selector, window, at)
+                    name: _read_target(
+                        source, name, selector, window, at, candidates=engine.metrics.get(name, ())
+                    )
                     for name in spec.slo.targets()
                 }
-            pods = [*_serving_pods(source, selector, at), *pods]
+            pods = [*_serving_pods(source, engine, selector, at), *pods]
         gpus = _read_gpus(source, namespace, pods, at) if spec.resources.gpus > 0 else ()
     except (MetricsUnavailable, ValueError, LookupError, TypeError) as err:
         return LiveReading(
@@ -169,6 +175,7 @@ def read_live(
             model=served_name,
             window=window,
             available=False,
+            engine=spec.engine.kind,
             error=_error_text(source.url, err),
             unreachable=isinstance(err, MetricsUnavailable),
             cause=stable_error(err.__cause__) if isinstance(err.__cause__, Exception) else None,
@@ -180,6 +187,7 @@ def read_live(
         model=served_name,
         window=window,
         available=True,
+        engine=spec.engine.kind,
         scraped=scraped,
         request_rate=rate,
         targets=targets,
@@ -188,17 +196,27 @@ def read_live(
 
 
 def _read_target(
-    source: PrometheusSource, name: str, selector: Selector, window: str, at: float
+    source: PrometheusSource,
+    name: str,
+    selector: Selector,
+    window: str,
+    at: float,
+    *,
+    candidates: Sequence[str],
 ) -> TargetReading:
-    for metric in METRICS[name].candidates:  # vLLM renamed TPOT's histogram once
+    """The first of the engine's names for the target's histogram that has buckets (vLLM
+    renamed TPOT's once); none where the engine has no histogram for it."""
+    for metric in candidates:
         buckets = source.histogram_buckets(metric, selector, window, at)
         if buckets:
             return TargetReading(name, metric, tuple(buckets))
     return TargetReading(name, None)
 
 
-def _serving_pods(source: PrometheusSource, selector: Selector, at: float) -> list[str]:
-    running = METRICS["requests_running"].default
+def _serving_pods(
+    source: PrometheusSource, engine: Engine, selector: Selector, at: float
+) -> list[str]:
+    running = engine.metrics["requests_running"][0]
     samples = source.query(f"count by (pod) ({running}{selector})", at)
     return sorted({s.labels["pod"] for s in samples if s.labels.get("pod")})
 
@@ -438,11 +456,13 @@ def _slo_row(
     targets: Mapping[str, SloTarget],
 ) -> ConditionRow:
     if not reading.scraped:
+        engine = engine_for(reading.engine)
         return (
             ConditionType.SLO_MET,
             "Unknown",
             "NotScraped",
-            f"{reading.url} has no vLLM series for model_name={reading.model!r} in namespace "
+            f"{reading.url} has no {engine.title} series for {engine.model_label}="
+            f"{reading.model!r} in namespace "
             f"{reading.namespace}: check that it scrapes the serving pods (a PodMonitor, or "
             "the prometheus.io/scrape annotations)",
         )

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from slotune import render, tuning
+from slotune.engine import ENGINES
 from slotune.kube import KubeApi, KubeError, Ref
 from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
 from slotune.spec import parse_spec
@@ -96,9 +97,8 @@ def _active_config(deployment: dict[str, Any] | None) -> tuple[list[str], str]:
         return [], ""
     template = deployment["spec"]["template"]
     containers = template["spec"]["containers"]
-    args: list[str] = next(
-        (c.get("args", []) for c in containers if c["name"] == render.CONTAINER_NAME), []
-    )
+    names = {engine.container_name for engine in ENGINES.values()}
+    args: list[str] = next((c.get("args", []) for c in containers if c["name"] in names), [])
     return list(args), template["metadata"].get("labels", {}).get(render.LABEL_CONFIG_HASH, "")
 
 

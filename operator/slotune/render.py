@@ -15,8 +15,8 @@ from typing import Any
 
 from slotune import models
 from slotune.capacity import MAX_PROBES, MeasureRequest
-from slotune.engine import vllm
-from slotune.slo import custom_histogram_buckets
+from slotune.engine import DEFAULT_KIND, engine_for
+from slotune.engine.base import Engine
 
 MANAGED_BY = "slotune"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -26,11 +26,9 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_OWNER = "slotune.dev/llmdeployment"
 LABEL_CONFIG_HASH = "slotune.dev/config-hash"
 
-CONTAINER_NAME = "vllm"
 PORT_NAME = "http"
 MODEL_MOUNT = "/models"
 CACHE_MOUNT = "/root/.cache"
-ENGINE_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 
 
 @dataclass(frozen=True)
@@ -64,19 +62,23 @@ def model_path(spec: models.LLMDeploymentSpec) -> str:
     return f"{MODEL_MOUNT}/{pvc.path.strip('/')}".rstrip("/")
 
 
-HISTOGRAM_FLAG = "--custom-histogram-buckets"
+def engine_of(spec: models.LLMDeploymentSpec) -> Engine:
+    """The adapter of the spec's engine (`spec.engine.kind`, checked by `spec.parse_spec`)."""
+    return engine_for(spec.engine.kind)
 
 
 def engine_args(owner: Owner, spec: models.LLMDeploymentSpec) -> list[str]:
+    engine = engine_of(spec)
     extra = list(spec.engine.extra_args)
     if spec.model.source.random_weights is not None:
         extra = ["--load-format", "dummy", *extra]
-    # vLLM's default latency buckets cannot decide most SLOs (none between 1 s and 2.5 s for
-    # TTFT): bounds around each target let Prometheus judge the live SLO.
-    known = vllm.known_flags(vllm.version_of_image(spec.engine.image))
-    if spec.slo is not None and HISTOGRAM_FLAG in known and HISTOGRAM_FLAG not in extra:
-        extra += [HISTOGRAM_FLAG, custom_histogram_buckets(spec.slo)]
-    return vllm.render_serve_args(
+    # Engines' default latency buckets cannot decide most SLOs (vLLM's have none between 1 s
+    # and 2.5 s for TTFT): bounds around each target let Prometheus judge the live SLO.
+    if spec.slo is not None:
+        extra += engine.observability_args(spec.slo, spec.engine.image, extra)
+    if spec.engine.api_key_secret_ref is not None:
+        extra += engine.api_key_args
+    return engine.serve_args(
         model_path(spec),
         served_name(owner, spec),
         spec.engine.args,
@@ -96,10 +98,11 @@ def config_hash(owner: Owner, spec: models.LLMDeploymentSpec) -> str:
     return digest[:10]
 
 
-def selector_labels(owner: Owner) -> dict[str, str]:
-    """Labels that select the serving pods; stable across configurations."""
+def selector_labels(owner: Owner, kind: str = DEFAULT_KIND) -> dict[str, str]:
+    """Labels that select the serving pods; stable across configurations (the engine's kind
+    cannot change, as a Deployment's selector cannot)."""
     return {
-        LABEL_NAME: "vllm",
+        LABEL_NAME: kind,
         LABEL_INSTANCE: owner.name,
         LABEL_COMPONENT: "serving",
     }
@@ -107,7 +110,7 @@ def selector_labels(owner: Owner) -> dict[str, str]:
 
 def child_labels(owner: Owner, spec: models.LLMDeploymentSpec) -> dict[str, str]:
     return {
-        **selector_labels(owner),
+        **selector_labels(owner, spec.engine.kind),
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_OWNER: owner.name,
         LABEL_CONFIG_HASH: config_hash(owner, spec),
@@ -138,7 +141,7 @@ def _from_secret(name: str, ref: models.SecretKeyRef) -> dict[str, Any]:
 
 def _api_key_env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
     ref = spec.engine.api_key_secret_ref
-    return [_from_secret(vllm.API_KEY_VAR, ref)] if ref is not None else []
+    return [_from_secret(engine_of(spec).api_key_env, ref)] if ref is not None else []
 
 
 def _env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
@@ -191,10 +194,10 @@ def _resources(spec: models.LLMDeploymentSpec) -> dict[str, Any]:
     return resources
 
 
-def scrape_annotations() -> dict[str, str]:
+def scrape_annotations(engine: Engine) -> dict[str, str]:
     return {
         "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(vllm.DEFAULT_PORT),
+        "prometheus.io/port": str(engine.port),
         "prometheus.io/path": "/metrics",
     }
 
@@ -203,13 +206,14 @@ def render_deployment(
     owner: Owner, spec: models.LLMDeploymentSpec, *, annotate_for_scraping: bool
 ) -> dict[str, Any]:
     """The serving Deployment."""
+    engine = engine_of(spec)
     volumes, mounts = _volumes(spec)
     container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
+        "name": engine.container_name,
         "image": spec.engine.image,
-        "command": ENGINE_COMMAND,
+        "command": list(engine.command),
         "args": engine_args(owner, spec),
-        "ports": [{"name": PORT_NAME, "containerPort": vllm.DEFAULT_PORT, "protocol": "TCP"}],
+        "ports": [{"name": PORT_NAME, "containerPort": engine.port, "protocol": "TCP"}],
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": mounts,
@@ -218,9 +222,9 @@ def render_deployment(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # Loading weights and compiling can take minutes; the startup probe covers it so
         # liveness never kills an engine that is still starting.
-        "startupProbe": _probe("/health", period=10, failures=90),
-        "readinessProbe": _probe("/health", period=5, failures=3),
-        "livenessProbe": _probe("/health", period=10, failures=3),
+        "startupProbe": _probe(engine.health_path, period=10, failures=90),
+        "readinessProbe": _probe(engine.health_path, period=5, failures=3),
+        "livenessProbe": _probe(engine.health_path, period=10, failures=3),
     }
     if spec.engine.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.engine.image_pull_policy
@@ -246,14 +250,14 @@ def render_deployment(
     labels = child_labels(owner, spec)
     template_meta: dict[str, Any] = {"labels": labels}
     if annotate_for_scraping:
-        template_meta["annotations"] = scrape_annotations()
+        template_meta["annotations"] = scrape_annotations(engine)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(owner, spec, owner.name),
         "spec": {
             "replicas": spec.replicas,
-            "selector": {"matchLabels": selector_labels(owner)},
+            "selector": {"matchLabels": selector_labels(owner, spec.engine.kind)},
             # Surge a new pod before removing an old one: no loss of serving capacity.
             "strategy": {
                 "type": "RollingUpdate",
@@ -272,11 +276,11 @@ def render_service(owner: Owner, spec: models.LLMDeploymentSpec) -> dict[str, An
         "metadata": _metadata(owner, spec, owner.name),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(owner),
+            "selector": selector_labels(owner, spec.engine.kind),
             "ports": [
                 {
                     "name": PORT_NAME,
-                    "port": vllm.DEFAULT_PORT,
+                    "port": engine_of(spec).port,
                     "targetPort": PORT_NAME,
                     "protocol": "TCP",
                 }
@@ -292,7 +296,7 @@ def render_pod_monitor(owner: Owner, spec: models.LLMDeploymentSpec) -> dict[str
         "kind": "PodMonitor",
         "metadata": _metadata(owner, spec, owner.name),
         "spec": {
-            "selector": {"matchLabels": selector_labels(owner)},
+            "selector": {"matchLabels": selector_labels(owner, spec.engine.kind)},
             "podMetricsEndpoints": [{"port": PORT_NAME, "path": "/metrics", "interval": "15s"}],
         },
     }
@@ -418,9 +422,11 @@ def child_name(owner: Owner, *parts: object) -> str:
     return f"{owner.name[: 63 - len(suffix) - 10]}-{digest}-{suffix}"
 
 
-def trial_labels(owner: Owner, component: str, study: int, trial: int) -> dict[str, str]:
+def trial_labels(
+    owner: Owner, component: str, study: int, trial: int, kind: str = DEFAULT_KIND
+) -> dict[str, str]:
     return {
-        LABEL_NAME: "vllm" if component == TRIAL_COMPONENT else "slotune-load",
+        LABEL_NAME: kind if component == TRIAL_COMPONENT else "slotune-load",
         LABEL_INSTANCE: owner.name,
         LABEL_COMPONENT: component,
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -445,11 +451,12 @@ def render_trial_pod(
     pod_spec["restartPolicy"] = "Never"
     container = pod_spec["containers"][0]
     container.pop("livenessProbe", None)
-    # Dev mode serves POST /reset_prefix_cache, which the capacity search calls between
-    # probes. A trial pod is outside the serving Service: no user reaches these endpoints.
-    container["env"] = [*container.get("env", []), {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]
+    # The endpoints the capacity search calls between probes (vLLM's dev mode). A trial pod
+    # is outside the serving Service: no user reaches them.
+    trial_env = [{"name": k, "value": v} for k, v in engine_of(spec).trial_env.items()]
+    container["env"] = [*container.get("env", []), *trial_env]
     labels = {
-        **trial_labels(owner, TRIAL_COMPONENT, study, trial),
+        **trial_labels(owner, TRIAL_COMPONENT, study, trial, spec.engine.kind),
         LABEL_CONFIG_HASH: config_hash(owner, tuned),
     }
     return {

@@ -4,13 +4,12 @@ Two kinds of evidence: per-request samples from the load generator (trials), whe
 percentile is exact; and a Prometheus histogram (live traffic), where "pN <= threshold" is only
 decidable when the threshold is a bucket bound, or when the neighbouring bounds already settle
 it. vLLM's default TTFT buckets jump from 1.0 s to 2.5 s, so "p95 < 2 s" is usually not
-decidable; `custom_histogram_buckets` renders the `--custom-histogram-buckets` value that adds
-bounds around each SLO threshold so that it is.
+decidable; each engine adapter renders the flags that add bounds around each SLO threshold so
+that it is (`Engine.observability_args`, from `slotune.engine.base.bounds_around`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -241,68 +240,3 @@ def judge_histogram(
         f"--custom-histogram-buckets"
     )
     return HistogramVerdict(None, False, reason, shown, total)
-
-
-# --- vLLM's --custom-histogram-buckets ------------------------------------------------------
-
-# vLLM's default bounds (vllm/v1/metrics/buckets.py, 0.32 and 0.33).
-DEFAULT_BUCKETS: Mapping[str, tuple[float, ...]] = {
-    "time_to_first_token": (
-        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-    ),
-    "inter_token_latency": (
-        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-        10.0, 20.0, 40.0, 80.0,
-    ),
-    "request_latency": (
-        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-        120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-    ),
-}  # fmt: skip
-
-# The histogram family each SLO target is measured by; TPOT and ITL share one.
-TARGET_FAMILY: Mapping[str, str] = {
-    "ttft": "time_to_first_token",
-    "tpot": "inter_token_latency",
-    "itl": "inter_token_latency",
-    "e2e": "request_latency",
-}
-
-THRESHOLD_FACTORS: tuple[float, ...] = (0.8, 0.9, 1.0, 1.1, 1.25)
-
-
-def _round_bound(value: float) -> float:
-    """Six significant digits, so 0.1 x 1.1 is 0.11 and not 0.11000000000000001."""
-    return float(f"{value:.6g}")
-
-
-def histogram_bounds(
-    slo: SloSpec, factors: Sequence[float] = THRESHOLD_FACTORS
-) -> dict[str, list[float]]:
-    """Per family touched by a target: vLLM's default bounds plus threshold x each factor.
-    Families without a target are left out, so vLLM keeps its defaults for them."""
-    if any(f <= 0 for f in factors):
-        raise ValueError(f"factors must be positive, got {list(factors)}")
-    bounds: dict[str, set[float]] = {}
-    for name, target in slo.targets().items():
-        family = TARGET_FAMILY[name]
-        chosen = bounds.setdefault(family, set(DEFAULT_BUCKETS[family]))
-        chosen.add(target.max_seconds)  # the threshold itself, exactly as written
-        chosen.update(_round_bound(target.max_seconds * f) for f in factors)
-    result: dict[str, list[float]] = {}
-    for family, values in sorted(bounds.items()):
-        ordered: list[float] = []
-        for value in sorted(values):
-            # vLLM wants strictly increasing bounds; drop near-duplicates of float arithmetic.
-            if not ordered or not math.isclose(value, ordered[-1], rel_tol=1e-9):
-                ordered.append(value)
-        result[family] = ordered
-    return result
-
-
-def custom_histogram_buckets(slo: SloSpec, factors: Sequence[float] = THRESHOLD_FACTORS) -> str:
-    """The value of vLLM's `--custom-histogram-buckets` for this SLO: a JSON object from
-    bucket family to strictly increasing positive bounds, which replace that family's
-    defaults (`ObservabilityConfig.custom_histogram_buckets`)."""
-    return json.dumps(histogram_bounds(slo, factors), separators=(",", ":"), sort_keys=True)

@@ -1,4 +1,4 @@
-"""Whether a spec can be served: the API's own rules, then vLLM's rule table.
+"""Whether a spec can be served: the API's own rules, then its engine's rule table.
 
 Pure, and shared by the operator (which turns the problems into a condition) and the command
 line (`slotune validate`), so a file checked in CI fails for the same reasons a cluster would
@@ -12,21 +12,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slotune.engine import vllm
+from slotune.engine import DEFAULT_KIND, ENGINES, engine_for
 from slotune.models import LLMDeploymentSpec
 
 
-def validation_problems(error: ValidationError, prefix: str = "spec") -> list[str]:
-    """Pydantic errors as `spec.path: what is wrong` lines."""
+def validation_problems(
+    error: ValidationError, prefix: str = "spec", kind: str = DEFAULT_KIND
+) -> list[str]:
+    """Pydantic errors as `spec.path: what is wrong` lines (`kind`: the spec's engine)."""
     problems = []
     for item in error.errors():
         path = ".".join(str(part) for part in (prefix, *item["loc"]) if part != "")
         message = item["msg"]
         if _is_kv_cache_dtype(item["loc"]) and isinstance(item.get("input"), str):
             value = item["input"]
-            message = (
-                f"{value!r} is not a KV-cache dtype of vLLM's; {vllm.kv_cache_dtype_hint(value)}"
-            )
+            engine = ENGINES.get(kind) or ENGINES[DEFAULT_KIND]
+            hint = engine.kv_cache_dtype_hint(value)
+            message = f"{value!r} is not a KV-cache dtype of {engine.title}'s; {hint}"
         problems.append(f"{path}: {message}")
     return problems
 
@@ -56,12 +58,23 @@ def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]
     try:
         spec = LLMDeploymentSpec.model_validate(raw)
     except ValidationError as error:
-        return None, validation_problems(error)
-    engine = spec.engine
-    version = vllm.version_of_image(engine.image)
-    violations = vllm.check_config(
-        engine.args, engine.extra_args, engine.attention_backend, version
-    ) + vllm.check_resources(
-        engine.extra_args, spec.resources.gpus, engine.image, engine.attention_backend
+        return None, validation_problems(error, kind=_kind_of(raw))
+    given = spec.engine
+    if given.kind not in ENGINES:
+        return None, [
+            f"spec.engine.kind: {given.kind!r} is not an engine slotune runs; use one of "
+            + ", ".join(sorted(ENGINES))
+        ]
+    engine = engine_for(given.kind)
+    violations = engine.check_config(
+        given.args, given.extra_args, given.attention_backend, given.image
+    ) + engine.check_resources(
+        given.extra_args, spec.resources.gpus, given.image, given.attention_backend
     )
     return spec, [str(v) for v in violations]
+
+
+def _kind_of(raw: dict[str, Any]) -> str:
+    engine = raw.get("engine")
+    kind = engine.get("kind") if isinstance(engine, dict) else None
+    return kind if isinstance(kind, str) else DEFAULT_KIND

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from slotune import models
-from slotune.engine.startup import classify_failure
+from slotune import models, render
+from slotune.engine import DEFAULT_KIND, ENGINES
 from slotune.tuner.records import Measurement, TrialRecord, TrialState, record_capacity
 
 HISTORY = 20  # trials kept in status; the ConfigMap keeps them all
@@ -45,11 +45,13 @@ class PodState:
     def of(cls, pod: dict[str, Any] | None, *, startup_seconds: float | None = None) -> PodState:
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return cls("Gone")
+        # A trial pod's name label is its engine's kind (render.trial_labels).
+        kind = (pod["metadata"].get("labels") or {}).get(render.LABEL_NAME, DEFAULT_KIND)
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:
             terminated = (container.get("state") or {}).get("terminated")
             if terminated is not None:
-                return terminated_failure(terminated, startup_seconds)
+                return terminated_failure(terminated, startup_seconds, kind)
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in _BLOCKING_WAITS:
                 return cls("Blocked", detail=f"{waiting['reason']}: {waiting.get('message', '')}")
@@ -66,14 +68,18 @@ class PodState:
         return cls("Starting")
 
 
-def terminated_failure(terminated: dict[str, Any], seconds: float | None = None) -> PodState:
-    """A terminated engine: the termination message holds its log tail, which says why."""
+def terminated_failure(
+    terminated: dict[str, Any], seconds: float | None = None, kind: str = DEFAULT_KIND
+) -> PodState:
+    """A terminated engine: the termination message holds its log tail, which says why (read
+    with the patterns of the engine of `kind`)."""
     log = terminated.get("message") or ""
     exit_code = terminated.get("exitCode")
     if terminated.get("reason") == "OOMKilled":
         log += "\nOOMKilled"
         exit_code = 137
-    failure = classify_failure(log, exit_code=exit_code, timed_out=False, seconds=seconds)
+    engine = ENGINES.get(kind) or ENGINES[DEFAULT_KIND]
+    failure = engine.classify_failure(log, exit_code=exit_code, timed_out=False, seconds=seconds)
     return PodState("Failed", detail=failure.describe(), failure_kind=str(failure.kind))
 
 

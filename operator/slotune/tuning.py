@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slotune import models, render, trials
-from slotune.engine.vllm import DEFAULT_PORT
 from slotune.kube import KubeApi, Ref
 from slotune.models import (
     ConditionType,
@@ -309,7 +308,7 @@ class Study:
         waited = (self.now - current.since).total_seconds()
         state = trials.PodState.of(pod, startup_seconds=waited)
         if state.phase == "Ready" and state.ip:
-            return self._start_load(tuning, current, records, f"http://{state.ip}:{DEFAULT_PORT}")
+            return self._start_load(tuning, current, records, f"http://{state.ip}:{self._port}")
         if state.phase == "Failed":
             return self._record(
                 tuning,
@@ -352,7 +351,7 @@ class Study:
             states = [trials.PodState.of(pod) for pod in pods]
             ip = next((state.ip for state in states if state.phase == "Ready"), None)
             if ip:
-                return self._start_load(tuning, current, records, f"http://{ip}:{DEFAULT_PORT}")
+                return self._start_load(tuning, current, records, f"http://{ip}:{self._port}")
         if waited > self.ctx.settings.startup_seconds:
             return self._record(
                 tuning,
@@ -365,6 +364,11 @@ class Study:
                 ),
             )
         return self._result(tuning)
+
+    @property
+    def _port(self) -> int:
+        """The port the trial's engine serves on."""
+        return render.engine_of(self.spec).port
 
     def _start_load(
         self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord], url: str
@@ -624,7 +628,7 @@ class Study:
 
     def _serving_pods(self, config_hash: str) -> list[dict[str, Any]]:
         labels = {
-            **render.selector_labels(self.owner),
+            **render.selector_labels(self.owner, self.spec.engine.kind),
             render.LABEL_CONFIG_HASH: config_hash,
         }
         return self.kube.list("v1", "Pod", self.owner.namespace, labels)

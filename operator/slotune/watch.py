@@ -22,7 +22,8 @@ from datetime import datetime
 
 from slotune import oncall
 from slotune.backoff import Backoff
-from slotune.metrics import PrometheusSource, vllm_selector
+from slotune.engine import engine_for
+from slotune.metrics import PrometheusSource, model_selector
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus, WorkloadSpec
 from slotune.reconcile import Watch
 from slotune.tuning import Live
@@ -207,7 +208,12 @@ def live_workload(
     window = spec.slo.window if spec.slo else "5m"
     try:
         fingerprint = source.workload_fingerprint(
-            window, vllm_selector(model_name=served, namespace=namespace)
+            window,
+            model_selector(
+                model_name=served,
+                namespace=namespace,
+                label=engine_for(spec.engine.kind).model_label,
+            ),
         )
     except Exception:  # noqa: BLE001 - Prometheus trouble is reported by the SLO reading
         return None

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from slotune.engine.vllm import custom_histogram_buckets
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
-from slotune.slo import custom_histogram_buckets
 from support.engine import SERVED_NAME, TINY_MODEL, ScrapedEngine, vllm_python
 from support.prometheus import PrometheusServer, prometheus_binary
 

@@ -41,23 +41,19 @@ from dataclasses import dataclass
 import pytest
 
 from slotune import metrics
+from slotune.engine.vllm import custom_histogram_buckets
 from slotune.loadgen import RequestResult, Workload, plan_requests, run_workload, summarize
 from slotune.metrics import (
     Exposition,
     PrometheusSource,
     ScrapeSource,
     WorkloadFingerprint,
-    vllm_selector,
+    model_selector,
 )
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalEngine, LocalRuntime, cpu_dtype
-from slotune.slo import (
-    custom_histogram_buckets,
-    evaluate_samples,
-    histogram_quantile,
-    judge_histogram,
-)
+from slotune.slo import evaluate_samples, histogram_quantile, judge_histogram
 from slotune.stats import mean, percentile
 from support.engine import TINY_MODEL
 from support.prometheus import PrometheusServer, prometheus_binary
@@ -65,7 +61,7 @@ from support.prometheus import PrometheusServer, prometheus_binary
 pytestmark = pytest.mark.engine
 
 SERVED = "tiny"
-TINY = vllm_selector(model_name=SERVED)
+TINY = model_selector(model_name=SERVED)
 OUTPUT_TOKENS = 32
 MEASURED = Workload(
     num_requests=101,

@@ -21,7 +21,7 @@ from slotune.metrics import (
     MetricsUnavailable,
     PrometheusSource,
     ScrapeSource,
-    vllm_selector,
+    model_selector,
 )
 from slotune.models import LLMDeploymentSpec
 from slotune.slo import histogram_quantile, judge_histogram
@@ -67,7 +67,7 @@ def eventually(read: Callable[[], float | None], want: float, timeout: float = 2
 def test_request_success_increase_matches_the_engine(
     scraped_vllm: ScrapedEngine, source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
-    tiny = vllm_selector(model_name="tiny")
+    tiny = model_selector(model_name="tiny")
     total = f"sum(vllm:request_success_total{tiny})"
     before = scrape.value("vllm:request_success_total", model_name="tiny")
     assert before is not None
@@ -91,7 +91,7 @@ def test_request_success_increase_matches_the_engine(
 def test_workload_fingerprint_and_latency_queries_run_on_real_data(
     source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
-    tiny = vllm_selector(model_name="tiny")
+    tiny = model_selector(model_name="tiny")
     names = source.resolve_names()
     assert names["tpot"] == "vllm:request_time_per_output_token_seconds"
     assert names["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
@@ -148,7 +148,7 @@ def test_workload_fingerprint_and_latency_queries_run_on_real_data(
 def test_custom_ttft_bounds_reach_prometheus_and_decide_the_slo(
     source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
-    tiny = vllm_selector(model_name="tiny")
+    tiny = model_selector(model_name="tiny")
     engine_buckets = scrape.histogram_buckets(TTFT, model_name="tiny")
     bounds = [b for b, _ in engine_buckets]
     assert 2.0 in bounds  # not a vLLM default; there from --custom-histogram-buckets
@@ -175,7 +175,7 @@ def test_cache_config_info_matches_the_engine(
     source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
     from_engine = scrape.cache_config_info()
-    from_prometheus = source.cache_config_info(vllm_selector(model_name="tiny"))
+    from_prometheus = source.cache_config_info(model_selector(model_name="tiny"))
     assert from_prometheus["block_size"] == from_engine["block_size"] == "128"  # CPU default
     assert from_prometheus["num_gpu_blocks"] == from_engine["num_gpu_blocks"]
     assert from_prometheus["job"] == "vllm"  # target labels added by the scrape
@@ -186,7 +186,7 @@ def test_cache_config_info_matches_the_engine(
 def test_kv_cache_usage_peak_of_a_long_request(
     scraped_vllm: ScrapedEngine, source: PrometheusSource, scrape: ScrapeSource
 ) -> None:
-    tiny = vllm_selector(model_name="tiny")
+    tiny = model_selector(model_name="tiny")
     info = scrape.cache_config_info()
     block_size, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
     output_tokens = 1024

@@ -209,3 +209,22 @@ def test_the_admission_policy_limits_images_priority_classes_and_tolerations(
         assert cluster.apply(elsewhere, "--dry-run=server").returncode == 0
     finally:
         cluster.kubectl("delete", "-f", "-", input=rendered, check=False)
+
+
+def test_the_engine_kind_cannot_change_once_created(cluster: Cluster) -> None:
+    """The serving pods' selector names the engine, and a Deployment's selector is immutable:
+    the server refuses the edit, with a message that says what to do instead."""
+    obj = llmd("kind-fixed", "default")
+    created = cluster.apply(obj)
+    assert created.returncode == 0, created.stderr
+    try:
+        obj["spec"]["engine"] = {**obj["spec"]["engine"], "kind": "another-engine"}
+        result = cluster.apply(obj, "--dry-run=server")
+        assert result.returncode != 0, "the server let spec.engine.kind change"
+        assert "engine.kind cannot change" in result.stderr
+        same = cluster.apply(llmd("kind-fixed", "default"), "--dry-run=server")
+        assert same.returncode == 0, same.stderr
+    finally:
+        cluster.kubectl(
+            "delete", "llmd", "kind-fixed", "-n", "default", "--wait=false", check=False
+        )

@@ -71,7 +71,7 @@ from typing import Any
 
 import yaml
 
-from slotune import render
+from slotune.engine.vllm import ENGINE as VLLM
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class Executable:
 
 Commands = Mapping[tuple[str, ...], Executable]
 
-VLLM_COMMAND = tuple(render.ENGINE_COMMAND)
+VLLM_COMMAND = VLLM.command
 
 
 def operator_commands(

@@ -303,17 +303,19 @@ def test_a_capacity_describes_its_interval_and_its_bracket() -> None:
 
 
 def test_one_definition_per_slo_metric_everywhere() -> None:
-    """The attainment registry, the API's targets, on-call's histograms and the custom-bucket
-    families name the same metrics the same way: forgetting one place fails here."""
+    """The attainment registry, the API's targets and vLLM's custom-bucket families name the
+    same metrics the same way, and each engine adapter names a histogram with default bounds
+    for each SLO metric it observes: forgetting one place fails here."""
     from slotune.attainment import SLO_METRICS  # noqa: PLC0415
-    from slotune.metrics import METRICS  # noqa: PLC0415
-    from slotune.slo import TARGET_FAMILY  # noqa: PLC0415
+    from slotune.engine import ENGINES  # noqa: PLC0415
+    from slotune.engine.vllm import TARGET_FAMILY  # noqa: PLC0415
 
     api = set(SloSpec.model_fields) - {"window"}
     assert set(SLO_METRICS) == api == set(TARGET_FAMILY)
-    for name, metric in SLO_METRICS.items():
-        assert metric.histogram == METRICS[name].default
-        assert metric.bucket_family == TARGET_FAMILY[name]
+    assert set(ENGINES["vllm"].metrics) >= set(SLO_METRICS)
+    for engine in ENGINES.values():
+        observed = set(SLO_METRICS) & set(engine.metrics)
+        assert observed == set(engine.default_buckets), engine.kind
 
 
 # --- correlated samples: batch means ------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""The knob registry (`slotune.engine.vllm.KNOBS`) against the API and vLLM's flag table: a knob
-added to one and not the other fails here."""
+"""The knob registry (`slotune.engine.vllm.rules.KNOBS`) against the API and vLLM's flag table:
+a knob added to one and not the other fails here."""
 
 from typing import Any
 
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from slotune.engine import vllm
+from slotune.engine.vllm import rules as vllm
 from slotune.models import EngineArgs, SearchSpace
 from slotune.tuner.space import PARAM_SHORT, PLATFORMS, Platform, default_space, describe_params
 

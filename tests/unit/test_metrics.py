@@ -17,13 +17,13 @@ from slotune.metrics import (
     Selector,
     dcgm_selector,
     decode_clock_event_reasons,
+    model_selector,
     resolve_names,
-    vllm_selector,
     window_seconds,
 )
 
 REAL_EXPOSITION = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
-TINY = vllm_selector(model_name="tiny")
+TINY = model_selector(model_name="tiny")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def real() -> Exposition:
 
 def test_selector_renders_sorted_escaped_matchers() -> None:
     assert Selector().render() == ""
-    sel = vllm_selector(model_name='we"ird\\name', namespace="prod", pod="llm-0")
+    sel = model_selector(model_name='we"ird\\name', namespace="prod", pod="llm-0")
     assert sel.render() == r'{model_name="we\"ird\\name",namespace="prod",pod="llm-0"}'
     assert Selector({"a": "1"}).with_regex(b="x|y").render() == '{a="1",b=~"x|y"}'
 

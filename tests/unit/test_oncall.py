@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from slotune import models
+from slotune.engine.vllm import DEFAULT_BUCKETS
 from slotune.metrics import ClockEventReason
 from slotune.oncall import (
     PROMETHEUS_URL_ENV,
@@ -28,7 +29,6 @@ from slotune.oncall import (
     prometheus_url,
 )
 from slotune.settings import OperatorSettings
-from slotune.slo import DEFAULT_BUCKETS
 from slotune.status import merge_condition, transitions
 
 CRD = Path(__file__).parents[2] / "crds" / "slotune.dev_llmdeployments.yaml"

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from slotune.engine.startup import FailureKind, classify_failure, parse_startup
+from slotune.engine.startup import FailureKind
+from slotune.engine.vllm.startup import classify_failure, parse_startup
 
 LOGS = Path(__file__).parent / "data" / "vllm-logs"
 

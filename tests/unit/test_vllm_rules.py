@@ -2,7 +2,7 @@
 
 import pytest
 
-from slotune.engine import vllm
+from slotune.engine.vllm import rules as vllm
 from slotune.models import EngineArgs
 from slotune.spec import parse_spec
 

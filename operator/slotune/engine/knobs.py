@@ -43,6 +43,12 @@ class Choices:
 Range = IntSpan | FloatSpan | Choices
 
 
+def _render_value(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Knob:
     """One engine setting: its API field, its flag, how trial lines name it, where it is tuned
@@ -60,11 +66,21 @@ class Knob:
     (refused in `extraArgs` with a pointer to the field)."""
     negative: str | None = None
     """The flag that turns a boolean knob off."""
+    inverted: bool = False
+    """A boolean knob whose `flag` turns the setting off (SGLang's `--disable-radix-cache`):
+    it renders `flag` for False, and nothing for True, the engine's default."""
     search: Mapping[str, Range] = dataclasses.field(default_factory=dict)
     """The default search range on each platform (by name); a platform without one does not
     tune the knob unless the spec's searchSpace names it."""
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """The engine's own resolved default on each platform (by name), where it has one."""
+
+    def render(self, value: Any) -> list[str]:
+        """The flags that set this knob to `value`, in full-name form."""
+        if isinstance(value, bool):
+            chosen = self.flag if value != self.inverted else self.negative
+            return [chosen] if chosen else []
+        return [self.flag, _render_value(value)]
 
     def spellings(self) -> tuple[str, ...]:
         """Every spelling the engine's parser maps onto this setting."""

@@ -1,14 +1,17 @@
-"""Reading a vLLM engine's start-up: the facts it reports, and why a start failed.
+"""What an engine's start-up says, whichever the engine: the facts it reports, and why a
+start failed.
 
 Pure: log text in, facts or a classified cause out. A failed start is evidence for the tuner
 (an infeasible region), so the cause must be specific — invalid arguments, out of memory, a KV
 cache too small for one sequence, a crash, a timeout — and carry the log lines that show it.
-The patterns come from vLLM 0.32's own messages, captured from failed starts of the CPU engine.
+Each engine adapter brings its own log patterns (`Cause`s, e.g. `slotune.engine.vllm.startup`);
+the rules for how a process ended are the same for all.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -45,81 +48,23 @@ class StartFailure:
         return f"{self.kind}: {self.message}"
 
 
-_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
-_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+@dataclass(frozen=True)
+class Cause:
+    """A start-up failure an engine's log names: any of `patterns` found means `kind`, and the
+    log line it is on becomes the detail after `message`."""
+
+    kind: FailureKind
+    patterns: tuple[str, ...]
+    message: str
 
 
-def _number(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-def parse_startup(log: str) -> StartupFacts:
-    """The capacity figures from a start-up log (the last occurrence wins)."""
-    kv = _KV_TOKENS.findall(log)
-    concurrency = _CONCURRENCY.findall(log)
-    init = _INIT.findall(log)
-    return StartupFacts(
-        kv_cache_tokens=_number(kv[-1]) if kv else None,
-        concurrency_request_tokens=_number(concurrency[-1][0]) if concurrency else None,
-        max_concurrency=float(concurrency[-1][1]) if concurrency else None,
-        engine_init_seconds=float(init[-1]) if init else None,
-    )
-
-
-# (kind, patterns, message), in priority order: the first pattern found names the cause, and
-# the log line it is on becomes the detail.
-_CAUSES: list[tuple[FailureKind, list[str], str]] = [
-    (
-        FailureKind.INVALID_ARGUMENTS,
-        [r"error: unrecognized arguments: .*", r"error: argument .*"],
-        "vLLM's argument parser refused the flags",
-    ),
-    (
-        FailureKind.KV_CACHE_TOO_SMALL,
-        [
-            r"To serve at least one request with the model's max seq len",
-            r"KV cache is needed, which is larger than the available KV cache memory",
-            r"No available memory for the cache blocks",
-            r"Insufficient memory for KV cache",
-        ],
-        "the KV cache cannot hold one max-model-len sequence",
-    ),
-    (
-        FailureKind.OUT_OF_MEMORY,
-        [
-            r"CUDA out of memory",
-            r"OutOfMemoryError",
-            r"Available memory on node .* is less than requested memory",
-            r"Free memory on device .* is less than desired",
-            r"Cannot allocate memory",
-            r"std::bad_alloc",
-            r"MemoryError",
-        ],
-        "the engine ran out of memory while starting",
-    ),
-    (
-        FailureKind.INVALID_ARGUMENTS,
-        [
-            r"Value error, .*",
-            r"ValueError: .*",
-            r"No common block size for .*",
-            r"Invalid kv_cache_dtype.*",
-            r"validation error for \w+Config",
-        ],
-        "vLLM rejected the configuration",
-    ),
-]
-
-_PROCESS_PREFIX = re.compile(r"^\(\w+ pid=\d+\) \w+ [\d-]+ [\d:]+ \[[^\]]+\] ")
-
-
-def _line_of(log: str, start: int, limit: int = 400) -> str:
-    """The log line around a match, without vLLM's process/time prefix."""
+def _line_of(log: str, start: int, prefix: re.Pattern[str] | None, limit: int = 400) -> str:
+    """The log line around a match, without the engine's process/time prefix."""
     begin = log.rfind("\n", 0, start) + 1
     end = log.find("\n", start)
     line = log[begin : end if end != -1 else len(log)].strip()
-    line = _PROCESS_PREFIX.sub("", line)
+    if prefix is not None:
+        line = prefix.sub("", line)
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -137,17 +82,24 @@ def _evidence(log: str, limit: int = 8) -> list[str]:
     return unique[-limit:]
 
 
-def classify_failure(
-    log: str, *, exit_code: int | None, timed_out: bool, seconds: float | None = None
+def classify(
+    log: str,
+    causes: Sequence[Cause],
+    *,
+    exit_code: int | None,
+    timed_out: bool,
+    seconds: float | None = None,
+    line_prefix: re.Pattern[str] | None = None,
 ) -> StartFailure:
-    """Why a start failed, from its log and how the process ended."""
+    """Why a start failed, from its log (the first of `causes`, in order, whose pattern is
+    found) and how the process ended."""
     evidence = _evidence(log)
-    for kind, patterns, message in _CAUSES:
-        for pattern in patterns:
+    for cause in causes:
+        for pattern in cause.patterns:
             match = re.search(pattern, log)
             if match:
-                detail = _line_of(log, match.start())
-                return StartFailure(kind, f"{message}: {detail}", evidence, seconds)
+                detail = _line_of(log, match.start(), line_prefix)
+                return StartFailure(cause.kind, f"{cause.message}: {detail}", evidence, seconds)
     if timed_out:
         return StartFailure(
             FailureKind.TIMEOUT, "the engine was not healthy before the deadline", evidence, seconds

@@ -19,14 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from slotune.engine import vllm
-from slotune.engine.startup import StartupFacts, classify_failure, parse_startup
+from slotune.engine.startup import StartupFacts
+from slotune.engine.vllm import ENGINE as VLLM
+from slotune.engine.vllm.rules import extra_flags_named
 from slotune.runtime import EngineConfig, EngineStartError
 
 log = logging.getLogger(__name__)
-
-ENTRYPOINT = ("-m", "vllm.entrypoints.openai.api_server")
-
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 """CPU flags with which vLLM's CPU build runs bfloat16 matmuls natively (oneDNN)."""
@@ -91,7 +89,7 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
 
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
+        with urllib.request.urlopen(f"{url}{VLLM.health_path}", timeout=2) as response:  # noqa: S310
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -120,7 +118,7 @@ class LocalRuntime:
 
     def command(self, config: EngineConfig, port: int) -> list[str]:
         """The full command line; the flags are rendered exactly as the operator renders them."""
-        args = vllm.render_serve_args(
+        args = VLLM.serve_args(
             config.model,
             config.served_name,
             config.args,
@@ -133,18 +131,18 @@ class LocalRuntime:
             # config.json, and the engine needs no tokenizer. Random weights may as well be
             # of the CPU's fastest float type.
             args += ["--load-format", "dummy", "--skip-tokenizer-init"]
-            if "--dtype" not in vllm.extra_flags_named(config.extra_args):
+            if "--dtype" not in extra_flags_named(config.extra_args):
                 args += ["--dtype", cpu_dtype()]
-        return [str(self.python), *ENTRYPOINT, *args]
+        return [str(self.python), "-m", VLLM.module, *args]
 
     def start(self, config: EngineConfig, *, timeout: float) -> LocalEngine:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._starts += 1
         port = free_port()
         log_path = self.work_dir / f"engine-{self._starts:03d}-{port}.log"
-        # Dev mode serves POST /reset_prefix_cache, which the capacity search calls between
-        # probes; the engine is a trial's, never a user-facing one.
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **self.env, **dict(config.env)}
+        # The endpoints the capacity search calls between probes; the engine is a trial's,
+        # never a user-facing one.
+        env = {**os.environ, **VLLM.trial_env, **self.env, **dict(config.env)}
         started = self.clock()
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
@@ -161,7 +159,7 @@ class LocalRuntime:
             _stop_group(process, grace=5)
             raise
         facts = replace(
-            parse_startup(log_path.read_text(errors="replace")),
+            VLLM.parse_startup(log_path.read_text(errors="replace")),
             startup_seconds=self.clock() - started,
         )
         return LocalEngine(process=process, port=port, log_path=log_path, facts=facts)
@@ -190,7 +188,7 @@ class LocalRuntime:
     ) -> EngineStartError:
         if timed_out:
             _stop_group(process, grace=5)
-        failure = classify_failure(
+        failure = VLLM.classify_failure(
             log_path.read_text(errors="replace"),
             exit_code=process.poll(),
             timed_out=timed_out,

@@ -30,7 +30,6 @@ from slotune.capacity import (
     overlaps,
     required_rate,
 )
-from slotune.engine import vllm
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
 from slotune.tuner import perfmodel
@@ -214,10 +213,12 @@ class Tuner:
         return EngineArgs.model_validate(self._merged(params))
 
     def problems(self, params: dict[str, Any]) -> list[str]:
-        """vLLM's rule table first (its messages name the rule), then the field ranges."""
+        """The engine's rule table first (its messages name the rule), then the field ranges."""
         unchecked = EngineArgs.model_construct(**self._merged(params))
         backend: Any = self.platform.backend
-        problems = vllm.check_config(unchecked, self.spec.engine.extra_args, backend)
+        problems = self.platform.engine.check_config(
+            unchecked, self.spec.engine.extra_args, backend, self.spec.engine.image
+        )
         if problems:
             return [str(v) for v in problems]
         try:

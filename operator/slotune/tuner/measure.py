@@ -37,7 +37,10 @@ from slotune.capacity import (
     SearchSettings,
     TargetFigures,
 )
-from slotune.metrics import MetricsUnavailable, ScrapeSource
+from slotune.engine import engine_for
+from slotune.engine.base import Engine
+from slotune.engine.vllm import ENGINE as VLLM
+from slotune.metrics import Exposition, MetricsUnavailable, ScrapeSource
 from slotune.models import LLMDeploymentSpec, SloSpec, WorkloadSpec, seconds
 from slotune.stats import percentile
 from slotune.tuner.records import Measurement
@@ -96,20 +99,25 @@ def _root(base_url: str) -> str:
 class _Engine:
     """The engine's own side of a probe: its queue gauges, draining, the prefix-cache reset."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, adapter: Engine = VLLM) -> None:
         self.root = _root(base_url)
         self.metrics = ScrapeSource(self.root + "/metrics", timeout=5.0)
+        self.adapter = adapter
         self.reset_available: bool | None = None
+
+    def _value(self, scrape: Exposition, signal: str) -> float | None:
+        names = self.adapter.metrics.get(signal, ())
+        return next((v for name in names if (v := scrape.value(name)) is not None), None)
 
     def sample(self, at: float) -> QueueSample | None:
         try:
             scrape = self.metrics.scrape()
         except MetricsUnavailable:
             return None
-        waiting = scrape.value("vllm:num_requests_waiting")
+        waiting = self._value(scrape, "requests_waiting")
         if waiting is None:
             return None
-        return QueueSample(at, waiting, scrape.value("vllm:kv_cache_usage_perc"))
+        return QueueSample(at, waiting, self._value(scrape, "kv_cache_usage"))
 
     def _progress(self) -> tuple[float, float] | None:
         """(requests in the engine, tokens it has processed so far)."""
@@ -117,10 +125,10 @@ class _Engine:
             scrape = self.metrics.scrape()
         except MetricsUnavailable:
             return None
-        running = scrape.value("vllm:num_requests_running")
-        waiting = scrape.value("vllm:num_requests_waiting")
-        prompt = scrape.value("vllm:prompt_tokens_total") or 0.0
-        generated = scrape.value("vllm:generation_tokens_total") or 0.0
+        running = self._value(scrape, "requests_running")
+        waiting = self._value(scrape, "requests_waiting")
+        prompt = self._value(scrape, "prompt_tokens") or 0.0
+        generated = self._value(scrape, "generation_tokens") or 0.0
         if running is None or waiting is None:
             return None
         return running + waiting, prompt + generated
@@ -138,11 +146,12 @@ class _Engine:
             time.sleep(1.0)
 
     def reset_prefix_cache(self) -> None:
-        """vLLM serves POST /reset_prefix_cache with VLLM_SERVER_DEV_MODE=1; without it the
-        call is a 404 and the probes rely on fresh random prompts instead."""
+        """The engine's cache reset (vLLM serves POST /reset_prefix_cache with its dev mode
+        on, `Engine.trial_env`); where it answers 404 the probes rely on fresh random prompts
+        instead."""
         if self.reset_available is False:
             return
-        url = self.root + "/reset_prefix_cache"
+        url = self.root + self.adapter.cache_reset_path
         request = urllib.request.Request(url, method="POST")  # noqa: S310 - the engine's URL
         try:
             with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - the engine's URL
@@ -168,6 +177,7 @@ class CapacityMeasure:
         self.slo = spec.slo
         self.workload = spec.tuning.workload
         self.served_name = served_name
+        self.adapter = engine_for(spec.engine.kind)
         self.probes = probes or ProbeSettings(floor_s=seconds(self.workload.duration))
         self.search = search or default_search
         self.log = log or (lambda _: None)
@@ -176,7 +186,7 @@ class CapacityMeasure:
         return asyncio.run(self.measure(base_url, request))
 
     async def measure(self, base_url: str, request: MeasureRequest) -> Measurement:
-        engine = _Engine(base_url)
+        engine = self.engine(base_url)
         lifetime = await self.warm_up(base_url)
         ceiling = request.ceiling
         if request.measure_ceiling:
@@ -211,7 +221,7 @@ class CapacityMeasure:
         return measurement_of(self.slo, result, ceiling, engine.reset_available)
 
     def engine(self, base_url: str) -> _Engine:
-        return _Engine(base_url)
+        return _Engine(base_url, self.adapter)
 
     async def warm_up(self, base_url: str) -> float:
         """A few requests one at a time; returns the median unloaded lifetime (s)."""

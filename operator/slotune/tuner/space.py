@@ -2,13 +2,13 @@
 
 Defaults follow what prior tuners and vLLM's own guidance teach (small space, log-scale token
 budgets, only the block sizes the attention backend accepts), narrowed or fixed by
-`spec.tuning.searchSpace`. Every configuration drawn from it is checked against vLLM's rule
-table before launch.
+`spec.tuning.searchSpace`. Every configuration drawn from it is checked against its engine's
+rule table before launch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from optuna.distributions import (
@@ -18,8 +18,10 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from slotune.engine import vllm
+from slotune.engine import ENGINES, engine_for
+from slotune.engine.base import Engine
 from slotune.engine.knobs import FloatSpan, IntSpan, Knob, Range
+from slotune.engine.vllm import ENGINE as VLLM
 from slotune.models import EngineArgs, FloatRange, IntRange, LLMDeploymentSpec, SearchSpace
 
 Space = dict[str, BaseDistribution]
@@ -27,15 +29,21 @@ Space = dict[str, BaseDistribution]
 
 @dataclass(frozen=True)
 class Platform:
-    """What the engine runs on: its attention backend, and vLLM's resolved defaults there
-    (from the knob registry, `slotune.engine.vllm.KNOBS`)."""
+    """What runs the trials: the engine, the hardware it runs on (by name) with its attention
+    backend, and the engine's resolved defaults there (from its knob registry, e.g.
+    `slotune.engine.vllm.rules.KNOBS`)."""
 
     name: str
     backend: str
+    engine: Engine = VLLM
 
     @property
     def defaults(self) -> dict[str, Any]:
-        return {k.field: k.defaults[self.name] for k in _IN_DRAW_ORDER if self.name in k.defaults}
+        return {
+            k.field: k.defaults[self.name]
+            for k in in_draw_order(self.engine)
+            if self.name in k.defaults
+        }
 
     def default_args(self) -> EngineArgs:
         return EngineArgs(**self.defaults)
@@ -48,8 +56,9 @@ PLATFORMS = {p.name: p for p in (CPU, H200)}
 
 def platform_for(spec: LLMDeploymentSpec) -> Platform:
     """The platform a spec's pods run on: the CPU engine without GPUs, else a large GPU
-    (vLLM's defaults there are those of a GPU with at least 70 GiB)."""
-    return CPU if spec.resources.gpus == 0 else H200
+    (vLLM's defaults there are those of a GPU with at least 70 GiB), with the spec's engine."""
+    hardware = CPU if spec.resources.gpus == 0 else H200
+    return replace(hardware, engine=engine_for(spec.engine.kind))
 
 
 # The order in which a study draws the knobs. Another order would change what a seeded study
@@ -64,27 +73,35 @@ _DRAW_ORDER = (
 )
 
 
-_IN_DRAW_ORDER = sorted(
-    vllm.KNOBS,
-    key=lambda k: _DRAW_ORDER.index(k.field) if k.field in _DRAW_ORDER else len(_DRAW_ORDER),
-)
+def in_draw_order(engine: Engine) -> tuple[Knob, ...]:
+    """The engine's knobs in the order a study draws them."""
+    return tuple(
+        sorted(
+            engine.knobs,
+            key=lambda k: (
+                _DRAW_ORDER.index(k.field) if k.field in _DRAW_ORDER else len(_DRAW_ORDER)
+            ),
+        )
+    )
 
 
-def _distribution(knob: Knob, rule: Range, backend: str) -> BaseDistribution | None:
+def _distribution(engine: Engine, knob: Knob, rule: Range, backend: str) -> BaseDistribution | None:
     if isinstance(rule, IntSpan):
         return IntDistribution(rule.low, rule.high, log=rule.log)
     if isinstance(rule, FloatSpan):
         return FloatDistribution(rule.low, rule.high, step=rule.step)
-    kept = tuple(v for v in rule.values if vllm.backend_accepts(knob.field, v, backend))
+    kept = tuple(v for v in rule.values if engine.backend_accepts(knob.field, v, backend))
     return CategoricalDistribution(kept) if len(kept) > 1 else None
 
 
 def default_space(platform: Platform) -> Space:
     """Every knob slotune tunes by default on this platform (the registry's search ranges)."""
     space: Space = {}
-    for knob in _IN_DRAW_ORDER:
+    for knob in in_draw_order(platform.engine):
         rule = knob.search.get(platform.name)
-        distribution = _distribution(knob, rule, platform.backend) if rule else None
+        distribution = (
+            _distribution(platform.engine, knob, rule, platform.backend) if rule else None
+        )
         if distribution is not None:
             space[knob.field] = distribution
     return space
@@ -140,7 +157,7 @@ def clamp_into(space: Space, params: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-PARAM_SHORT = {knob.field: knob.short for knob in vllm.KNOBS}
+PARAM_SHORT = {knob.field: knob.short for engine in ENGINES.values() for knob in engine.knobs}
 
 
 def describe_params(params: dict[str, object]) -> str:

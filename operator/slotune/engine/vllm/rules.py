@@ -4,7 +4,7 @@ Everything here is plain data and pure functions, so the rules can be tested wit
 engine and checked *before* a configuration is launched (a crash is the expensive way to learn
 that `--block-size 8` is invalid on FlashAttention). Facts come from vLLM's own source for the
 pinned version; the set of flags its `vllm serve` parser accepts is dumped from that parser by
-`scripts/dump-vllm-flags.py` into `vllm_flags/<version>.txt`.
+`scripts/dump-vllm-flags.py` into `flags/<version>.txt`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, get_args
 
+from slotune.engine.base import Violation
 from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob
 from slotune.models import AttentionBackend, EngineArgs, KvCacheDtype
 
@@ -218,22 +219,11 @@ def kv_cache_dtype_hint(value: str) -> str:
     return "nearest: " + "; ".join(where(d) for d in near[:3])
 
 
-@dataclass(frozen=True)
-class Violation:
-    """A rule a configuration breaks, with the spec field to fix."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
 @cache
 def flag_arity(version: str = PINNED_VERSION) -> Mapping[str, str]:
     """Every option string vLLM's `serve` parser accepts, with the number of values it takes
     as argparse counts them ("0", "1", "?", "*", "+"), dumped from the real parser."""
-    table = resources.files("slotune.engine").joinpath("vllm_flags", f"{version}.txt")
+    table = resources.files("slotune.engine.vllm").joinpath("flags", f"{version}.txt")
     arity = {}
     for line in table.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
@@ -248,7 +238,7 @@ def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
 
 
 def supported_versions() -> list[str]:
-    folder = resources.files("slotune.engine").joinpath("vllm_flags")
+    folder = resources.files("slotune.engine.vllm").joinpath("flags")
     return sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
 
 
@@ -565,12 +555,6 @@ def check_resources(
     return problems
 
 
-def _render_value(value: Any) -> str:
-    if isinstance(value, float):
-        return repr(round(value, 6))
-    return str(value)
-
-
 def render_tuned_args(args: EngineArgs) -> list[str]:
     """The typed settings as vLLM flags, always in full-name form and a stable order."""
     rendered: list[str] = []
@@ -578,11 +562,7 @@ def render_tuned_args(args: EngineArgs) -> list[str]:
     for knob in KNOBS:
         if knob.field not in explicit:
             continue
-        value = explicit[knob.field]
-        if isinstance(value, bool):
-            rendered.append(knob.flag if value else str(knob.negative))
-        else:
-            rendered += [knob.flag, _render_value(value)]
+        rendered += knob.render(explicit[knob.field])
     return rendered
 
 

@@ -1,0 +1,88 @@
+"""The engine seam: every adapter in `slotune.engine.ENGINES` against the same expectations,
+and the one dispatch on `spec.engine.kind`."""
+
+from typing import Any
+
+import pytest
+
+from slotune import attainment, models, render
+from slotune.engine import ENGINES, engine_for
+from slotune.engine.base import ENGINE_SIGNALS, Engine
+from slotune.engine.startup import FailureKind
+from slotune.models import EngineArgs
+from slotune.spec import parse_spec
+
+OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
+# Series only vLLM exposes, read by the local tools (the workload's shape, cache statistics).
+VLLM_ONLY_SERIES = (
+    "queue_time", "prefill_time", "decode_time", "request_prompt_tokens",
+    "request_generation_tokens", "preemptions", "prefix_cache_hits", "prefix_cache_queries",
+    "admission_rejections", "cache_config",
+)  # fmt: skip
+
+
+def raw_spec(kind: str) -> dict[str, Any]:
+    return {"model": {"name": "m"}, "engine": {"kind": kind}}
+
+
+# --- every adapter ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))
+def test_each_adapter_names_its_knobs_metrics_and_buckets_consistently(engine: Engine) -> None:
+    assert engine_for(engine.kind) is engine
+    fields = [knob.field for knob in engine.knobs]
+    assert set(fields) <= set(EngineArgs.model_fields)
+    assert len(set(fields)) == len(fields)
+    flags = [knob.flag for knob in engine.knobs]
+    assert len(set(flags)) == len(flags)
+    # A knob is named the same in trial lines whichever engine runs it.
+    vllm_short = {k.field: k.short for k in engine_for("vllm").knobs}
+    assert all(knob.short == vllm_short[knob.field] for knob in engine.knobs)
+    assert set(engine.metrics) >= {"request_success", "requests_running", "requests_waiting"}
+    assert set(engine.metrics) <= set(ENGINE_SIGNALS) | set(VLLM_ONLY_SERIES)
+    for name, bounds in engine.default_buckets.items():
+        assert name in attainment.SLO_METRICS
+        assert list(bounds) == sorted(set(bounds)), name
+    assert engine.health_path.startswith("/")
+
+
+@pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))
+def test_each_adapter_renders_its_own_serving_flags(engine: Engine) -> None:
+    args = EngineArgs(max_num_batched_tokens=512, max_num_seqs=64, enable_prefix_caching=True)
+    rendered = engine.serve_args("m", "chat", args, ["--extra"], port=9000)
+    assert rendered[-1] == "--extra"
+    assert "chat" in rendered
+    assert rendered[rendered.index("--port") + 1] == "9000"
+    by_field = {knob.field: knob for knob in engine.knobs}
+    for field in ("max_num_batched_tokens", "max_num_seqs"):
+        flag = by_field[field].flag
+        assert rendered[rendered.index(flag) + 1] == str(getattr(args, field))
+
+
+@pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))
+def test_each_adapter_reads_an_oom_kill_as_out_of_memory(engine: Engine) -> None:
+    failure = engine.classify_failure("Loading weights\n", exit_code=137, timed_out=False)
+    assert failure.kind == FailureKind.OUT_OF_MEMORY
+    timeout = engine.classify_failure("", exit_code=None, timed_out=True)
+    assert timeout.kind == FailureKind.TIMEOUT
+
+
+def test_an_unknown_engine_kind_is_an_error_that_lists_the_known_ones() -> None:
+    spec, problems = parse_spec(raw_spec("tgi"))
+    assert spec is None
+    assert problems == [
+        "spec.engine.kind: 'tgi' is not an engine slotune runs; use one of "
+        + ", ".join(sorted(ENGINES))
+    ]
+
+
+def test_vllm_stays_the_default_engine() -> None:
+    spec = models.LLMDeploymentSpec.model_validate({"model": {"name": "m"}})
+    assert spec.engine.kind == "vllm"
+    assert (
+        render.render_deployment(OWNER, spec, annotate_for_scraping=False)["spec"]["selector"][
+            "matchLabels"
+        ][render.LABEL_NAME]
+        == "vllm"
+    )
