@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from slotune.engine import vllm
+from slotune.engine import sglang, vllm
 from slotune.engine.base import Engine
 
 ENGINES: dict[str, Engine] = {
     vllm.ENGINE.kind: vllm.ENGINE,
+    sglang.ENGINE.kind: sglang.ENGINE,
 }
 
 DEFAULT_KIND = vllm.ENGINE.kind
