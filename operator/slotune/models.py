@@ -310,7 +310,13 @@ class EngineSpec(ApiModel):
                 ),
                 # The serving pods' selector names the engine, and a Deployment's selector
                 # cannot change.
-                cel("self.kind == oldSelf.kind", _KIND_FIXED, ".kind"),
+                # Unset means vllm (the CRD sets no defaults: a spec stays as it was written).
+                cel(
+                    "(has(self.kind) ? self.kind : 'vllm') == "
+                    "(has(oldSelf.kind) ? oldSelf.kind : 'vllm')",
+                    _KIND_FIXED,
+                    ".kind",
+                ),
             ]
         }
     )

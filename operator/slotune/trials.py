@@ -123,7 +123,11 @@ def spec_hash(spec: models.LLMDeploymentSpec) -> str:
     tuning = spec.tuning.model_dump(mode="json", exclude={"apply", "enabled", "retune"})
     identity = {
         "model": spec.model.model_dump(mode="json"),
-        "engine": spec.engine.model_dump(mode="json"),
+        # The default engine is left out, so studies from before spec.engine.kind existed
+        # are not restarted by an upgrade.
+        "engine": spec.engine.model_dump(
+            mode="json", exclude={"kind"} if spec.engine.kind == DEFAULT_KIND else None
+        ),
         "resources": spec.resources.model_dump(mode="json"),
         "slo": spec.slo.model_dump(mode="json") if spec.slo else None,
         "tuning": tuning,

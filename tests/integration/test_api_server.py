@@ -213,17 +213,24 @@ def test_the_admission_policy_limits_images_priority_classes_and_tolerations(
 
 def test_the_engine_kind_cannot_change_once_created(cluster: Cluster) -> None:
     """The serving pods' selector names the engine, and a Deployment's selector is immutable:
-    the server refuses the edit, with a message that says what to do instead."""
+    the server refuses the edit, with a message that says what to do instead. Unset means
+    vllm, so objects written without the field take every other edit."""
     obj = llmd("kind-fixed", "default")
     created = cluster.apply(obj)
     assert created.returncode == 0, created.stderr
     try:
-        obj["spec"]["engine"] = {**obj["spec"]["engine"], "kind": "another-engine"}
-        result = cluster.apply(obj, "--dry-run=server")
+        other = {**obj, "spec": {**obj["spec"], "engine": {**obj["spec"]["engine"]}}}
+        other["spec"]["engine"]["kind"] = "another-engine"
+        result = cluster.apply(other, "--dry-run=server")
         assert result.returncode != 0, "the server let spec.engine.kind change"
         assert "engine.kind cannot change" in result.stderr
-        same = cluster.apply(llmd("kind-fixed", "default"), "--dry-run=server")
+        assert "no such key" not in result.stderr
+        other["spec"]["engine"]["kind"] = "vllm"  # the same engine, now spelled out
+        same = cluster.apply(other, "--dry-run=server")
         assert same.returncode == 0, same.stderr
+        edited = {**obj, "spec": {**obj["spec"], "replicas": 2}}
+        unrelated = cluster.apply(edited, "--dry-run=server")
+        assert unrelated.returncode == 0, unrelated.stderr
     finally:
         cluster.kubectl(
             "delete", "llmd", "kind-fixed", "-n", "default", "--wait=false", check=False

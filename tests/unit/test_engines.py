@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from slotune import attainment, models, render
+from slotune import attainment, models, render, trials
 from slotune.engine import ENGINES, engine_for
 from slotune.engine.base import ENGINE_SIGNALS, Engine
 from slotune.engine.startup import FailureKind
@@ -86,3 +86,19 @@ def test_vllm_stays_the_default_engine() -> None:
         ][render.LABEL_NAME]
         == "vllm"
     )
+
+
+def test_an_upgrade_that_brings_engine_kind_restarts_no_study() -> None:
+    """Studies are keyed by a hash of the spec: the default engine, unset or spelled out,
+    hashes as this spec did before the field existed (3103a31f1015, computed by 47e9bd3);
+    another engine is another study."""
+    raw: dict[str, Any] = {
+        "model": {"name": "m"},
+        "slo": {"ttft": {"maxSeconds": 2}},
+        "tuning": {"enabled": True},
+    }
+    unset = models.LLMDeploymentSpec.model_validate(raw)
+    spelled = models.LLMDeploymentSpec.model_validate({**raw, "engine": {"kind": "vllm"}})
+    other = models.LLMDeploymentSpec.model_validate({**raw, "engine": {"kind": "other"}})
+    assert trials.spec_hash(unset) == trials.spec_hash(spelled) == "3103a31f1015"
+    assert trials.spec_hash(other) != trials.spec_hash(unset)
