@@ -409,6 +409,12 @@ class Probe(Record):
     )
 
 
+# The closed-loop concurrency each ceiling is measured at (tuner/measure), which the
+# performance model needs to read a decode ceiling as a step time.
+PREFILL_CONCURRENCY = 8
+DECODE_CONCURRENCY = 64
+
+
 class Ceiling(Record):
     """The engine's own limits on the workload's shape (vLLM's defaults, once per study)."""
 

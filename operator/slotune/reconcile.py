@@ -119,7 +119,7 @@ def reconcile(
 
     deployment: dict[str, Any] | None = kube.get(deployment_ref)
     watch: Watch | None = None
-    study: tuning.Result | None = None
+    study: tuning.Decision | None = None
     conflicts: list[str] = []
     apply_failure: str | None = None
     events: list[Event] = []

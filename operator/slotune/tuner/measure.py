@@ -28,6 +28,8 @@ from pathlib import Path
 
 from slotune import attainment, capacity, loadgen
 from slotune.capacity import (
+    DECODE_CONCURRENCY,
+    PREFILL_CONCURRENCY,
     Capacity,
     Ceiling,
     MeasureRequest,
@@ -533,8 +535,6 @@ def measurement_of(
 
 # --- the ceilings ---------------------------------------------------------------------------
 
-PREFILL_CONCURRENCY = 8
-DECODE_CONCURRENCY = 64
 CEILING_SECONDS = 10.0
 
 

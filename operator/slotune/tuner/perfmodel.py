@@ -45,9 +45,8 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from slotune.capacity import Ceiling
+from slotune.capacity import DECODE_CONCURRENCY, Ceiling
 from slotune.models import SloSpec
-from slotune.tuner.measure import DECODE_CONCURRENCY
 from slotune.tuner.records import Measurement, TrialRecord
 from slotune.tuner.space import Space, clamp_into
 

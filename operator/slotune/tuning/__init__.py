@@ -1,0 +1,56 @@
+"""The tuning study in the cluster: one step per reconcile, level-based, as observe → decide →
+act.
+
+Every step reads what the API holds — the study's place in `status.tuning`, its trial records
+in an owned ConfigMap, the trial pod and load Job, the serving pods (`observe`) — decides from
+that plain data what to do (`transitions.decide`, pure), does it (`act`), and returns the
+status to write. Nothing lives only in memory, so an operator killed at any point carries on
+where it stopped: a trial in flight is picked up by name, a record already kept is not kept
+twice, and trial objects that belong to no trial in flight are deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slotune import render
+from slotune.kube import KubeApi
+from slotune.models import LLMDeploymentSpec, TuningStatus
+from slotune.tuning.act import execute
+from slotune.tuning.observe import KubeObservation
+from slotune.tuning.transitions import Decision, Live, Settings, Situation, decide, serving_overlay
+
+__all__ = ["Context", "Decision", "Live", "Settings", "serving_overlay", "step"]
+
+
+@dataclass
+class Context:
+    """One reconcile's inputs to the study, with the API to observe it in and act through."""
+
+    owner: render.Owner
+    spec: LLMDeploymentSpec
+    previous: TuningStatus | None
+    now: datetime
+    kube: KubeApi
+    active_hash: str  # config hash the serving Deployment's template runs
+    serving_ready: bool  # every replica of that template is ready
+    live: Live = field(default_factory=Live)
+    settings: Settings = field(default_factory=Settings)
+
+
+def step(ctx: Context) -> Decision:
+    """Observes, decides, acts: one step of the LLMDeployment's study."""
+    situation = Situation(
+        owner=ctx.owner,
+        spec=ctx.spec,
+        previous=ctx.previous,
+        now=ctx.now,
+        active_hash=ctx.active_hash,
+        serving_ready=ctx.serving_ready,
+        live=ctx.live,
+        settings=ctx.settings,
+    )
+    decision = decide(situation, KubeObservation(ctx.kube, ctx.owner, ctx.spec.engine.kind))
+    execute(ctx.kube, decision.actions)
+    return decision

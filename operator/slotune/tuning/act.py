@@ -1,0 +1,18 @@
+"""Performs a study step's actions, in order, through the API."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slotune.kube import KubeApi, Ref
+from slotune.tuning.transitions import Action, Apply
+
+
+def execute(kube: KubeApi, actions: Sequence[Action]) -> None:
+    """Applies and deletes in the order decided; an error stops there (the step's status is
+    then not written, and the next reconcile decides again from what the API holds)."""
+    for action in actions:
+        if isinstance(action, Apply):
+            kube.apply(action.obj)
+        else:
+            kube.delete(Ref(action.api_version, action.kind, action.namespace, action.name))
