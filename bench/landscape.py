@@ -253,7 +253,7 @@ def main() -> int:
         started = time.monotonic()
         launch = tuner.launch(planned, request)
         durations.append(time.monotonic() - started)
-        record = tuner.outcome(planned, launch, durations[-1])
+        record = tuner.record_of(planned, launch, durations[-1])
         if ceiling is None and record.measurement is not None:
             ceiling = record.measurement.ceiling
             if ceiling is not None and reference is not None:

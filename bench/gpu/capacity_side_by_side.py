@@ -28,21 +28,19 @@ from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.local import load_deployment
-from slotune.tuner.loop import Finished, Tuner
+from slotune.tuner.loop import Finished, Planner
 from slotune.tuner.measure import CapacityMeasure
-from slotune.tuner.records import MemoryStore, RecordStore, TrialRecord
+from slotune.tuner.records import RecordStore, TrialRecord
 from slotune.tuner.space import PLATFORMS
 
 
 def pick_winner(spec: Any, records: list[TrialRecord], platform: str) -> tuple[Any, str]:
-    tuner = Tuner(
+    tuner = Planner(
         spec,
-        runtime=None,
-        measure=None,
         platform=PLATFORMS[platform],
         model="-",
         served_name="-",
-        store=MemoryStore(records),
+        records=records,
     )
     planned = tuner.plan()
     if isinstance(planned, Finished) and planned.winner is not None:

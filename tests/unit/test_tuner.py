@@ -24,9 +24,9 @@ from slotune.capacity import (
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.tuner.loop import Finished, Launch, Tuner, TunerOptions, _confirmed
+from slotune.tuner.loop import Finished, Launch, Planner, Tuner, TunerOptions, _confirmed
 from slotune.tuner.measure import default_search
-from slotune.tuner.records import Measurement, MemoryStore, RecordStore, TrialRecord, TrialState
+from slotune.tuner.records import Measurement, RecordStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU
 
 
@@ -298,19 +298,16 @@ def _stepwise_study(s: LLMDeploymentSpec) -> tuple[list[TrialRecord], Finished]:
     measure = measure_by_budget(configs)
     runtime = ScriptedRuntime(fail_above=3000)
     while True:
-        store = MemoryStore(records)
-        tuner = Tuner(
+        tuner = Planner(
             s,
-            runtime=None,
-            measure=None,
             platform=CPU,
             model="tiny",
             served_name="tiny",
-            store=store,
+            records=records,
             options=TunerOptions(patience=100),
         )
         planned = tuner.plan()
-        records = store.load()  # with any configuration rejected while planning
+        records = [*records, *tuner.rejected]  # with any configuration rejected while planning
         if isinstance(planned, Finished):
             return records, planned
         try:
@@ -321,7 +318,7 @@ def _stepwise_study(s: LLMDeploymentSpec) -> tuple[list[TrialRecord], Finished]:
             configs[engine.base_url] = runtime.started[-1]
             request = tuner.measure_request(planned)
             launch = Launch(TrialState.MEASURED, measurement=measure(engine.base_url, request))
-        records.append(tuner.outcome(planned, launch, 0.0))
+        records.append(tuner.record_of(planned, launch, 0.0))
 
 
 def test_a_planner_rebuilt_from_records_at_every_step_runs_a_whole_study() -> None:

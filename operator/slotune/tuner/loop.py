@@ -15,7 +15,7 @@ and among winners whose intervals overlap, the one closest to vLLM's defaults.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -153,22 +153,22 @@ def overrides(params: dict[str, Any], defaults: dict[str, Any]) -> int:
     return sum(1 for name, value in params.items() if defaults.get(name) != value)
 
 
-class Tuner:
-    """Runs one study for one LLMDeployment spec on one runtime."""
+class Planner:
+    """Plans one study for one LLMDeployment spec, from its records: which trial next, or the
+    end with its winner; and what a trial's launch makes of its record. No I/O: the operator
+    runs it at every step of a study in the cluster (`slotune.tuning`), `Tuner` around a
+    runtime for `tune --local`."""
 
     def __init__(
         self,
         spec: LLMDeploymentSpec,
         *,
-        runtime: Runtime | None,
-        measure: Measure | None,
         platform: Platform,
         model: str,
         served_name: str,
-        store: Store,
+        records: Sequence[TrialRecord] = (),
         options: TunerOptions | None = None,
         storage: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
         extra_env: tuple[tuple[str, str], ...] = (),
         sampler: optuna.samplers.BaseSampler | None = None,
         space: Space | None = None,
@@ -177,17 +177,16 @@ class Tuner:
             raise ValueError("tuning needs spec.slo")
         self.spec = spec
         self.slo = spec.slo
-        self.runtime = runtime
-        self.measure = measure
         self.platform = platform
         self.model = model
         self.served_name = served_name
-        self.store = store
         self.options = options or TunerOptions()
-        self.clock = clock
         self.extra_env = extra_env
         self.space: Space = space or build_space(platform, spec.tuning.search_space)
-        self.records = store.load()
+        self.records = list(records)
+        self.rejected: list[TrialRecord] = []
+        """Configurations `plan` found breaking the engine's rules, recorded as rejected and
+        never returned: the caller keeps them with the study's records."""
         # A rebuilt study gets a sampler seed moved on by the trials it already holds: the
         # same seed would replay the first random draws and repeat configurations.
         resumed = sum(1 for r in self.records if r.phase == "screen")
@@ -280,26 +279,7 @@ class Tuner:
             precise=planned.label == "vllm-defaults" or planned.phase == "finalist",
         )
 
-    def launch(self, planned: NextTrial, request: MeasureRequest | None = None) -> Launch:
-        """Starts, measures and stops one configuration (measured as `request` asks, by
-        default as the study asks for this trial)."""
-        params = planned.params
-        if self.runtime is None or self.measure is None:
-            raise RuntimeError("this tuner only plans trials; it has no runtime to launch them")
-        try:
-            engine = self.runtime.start(self._config(params), timeout=self.options.startup_timeout)
-        except EngineStartError as error:
-            failure = error.failure
-            return Launch(
-                TrialState.FAILED, cause=failure.describe(), failure_kind=str(failure.kind)
-            )
-        try:
-            measurement = self.measure(engine.base_url, request or self.measure_request(planned))
-        finally:
-            engine.stop()
-        return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
-
-    def outcome(self, planned: NextTrial, launch: Launch, seconds: float) -> TrialRecord:
+    def record_of(self, planned: NextTrial, launch: Launch, seconds: float) -> TrialRecord:
         """The record of a planned trial, from how its launch fared (wherever it ran)."""
         measurement = launch.measurement
         if measurement is None:
@@ -327,19 +307,11 @@ class Tuner:
         )
 
     def record(self, record: TrialRecord) -> None:
-        """Keeps a finished trial: in the store, in memory, and in the study it was asked from."""
-        self.store.append(record)
+        """Keeps a finished trial in memory and tells the study it was asked from."""
         self.records.append(record)
         pending = self._pending.pop(record.number, None)
         if pending is not None:
             studies.tell(self.study, pending, record, self.slo)
-
-    def _run_trial(self, planned: NextTrial) -> TrialRecord:
-        began = self.clock()
-        launch = self.launch(planned)
-        record = self.outcome(planned, launch, self.clock() - began)
-        self.record(record)
-        return record
 
     # -- the study ---------------------------------------------------------------------------
 
@@ -390,7 +362,8 @@ class Tuner:
 
         Depends only on the records (and the seeded sampler), so a study rebuilt from its
         records after a restart plans the same next step. Configurations that break one of
-        vLLM's known rules are recorded as rejected here and never returned.
+        the engine's known rules are recorded as rejected (listed in `rejected`) and never
+        returned.
         """
         while (stopped := self._screening_stop()) is None:
             self._plan_model_start()
@@ -405,8 +378,11 @@ class Tuner:
             problems = self.problems(planned.params)
             if not problems:
                 return planned
-            rejected = Launch(TrialState.REJECTED, cause="; ".join(problems))
-            self.record(self.outcome(planned, rejected, 0.0))
+            rejected = self.record_of(
+                planned, Launch(TrialState.REJECTED, cause="; ".join(problems)), 0.0
+            )
+            self.rejected.append(rejected)
+            self.record(rejected)
         return self._plan_finalists(stopped)
 
     def _plan_model_start(self) -> None:
@@ -506,6 +482,74 @@ class Tuner:
             tied, key=lambda pair: (overrides(pair[1].params, defaults), -pair[0].capacity)
         )
         return Finished(winner=winner, stopped_because=stopped, confirmed=chosen)
+
+
+class Tuner(Planner):
+    """Runs one study on one runtime (`tune --local`, the benchmarks): plans as `Planner`
+    does, launches each trial, and keeps every record in `store` as it goes."""
+
+    def __init__(
+        self,
+        spec: LLMDeploymentSpec,
+        *,
+        runtime: Runtime,
+        measure: Measure,
+        platform: Platform,
+        model: str,
+        served_name: str,
+        store: Store,
+        options: TunerOptions | None = None,
+        storage: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        extra_env: tuple[tuple[str, str], ...] = (),
+        sampler: optuna.samplers.BaseSampler | None = None,
+        space: Space | None = None,
+    ) -> None:
+        super().__init__(
+            spec,
+            platform=platform,
+            model=model,
+            served_name=served_name,
+            records=store.load(),
+            options=options,
+            storage=storage,
+            extra_env=extra_env,
+            sampler=sampler,
+            space=space,
+        )
+        self.runtime = runtime
+        self.measure = measure
+        self.store = store
+        self.clock = clock
+
+    def record(self, record: TrialRecord) -> None:
+        """Keeps a finished trial: in the store, in memory, and in the study."""
+        self.store.append(record)
+        super().record(record)
+
+    def launch(self, planned: NextTrial, request: MeasureRequest | None = None) -> Launch:
+        """Starts, measures and stops one configuration (measured as `request` asks, by
+        default as the study asks for this trial)."""
+        params = planned.params
+        try:
+            engine = self.runtime.start(self._config(params), timeout=self.options.startup_timeout)
+        except EngineStartError as error:
+            failure = error.failure
+            return Launch(
+                TrialState.FAILED, cause=failure.describe(), failure_kind=str(failure.kind)
+            )
+        try:
+            measurement = self.measure(engine.base_url, request or self.measure_request(planned))
+        finally:
+            engine.stop()
+        return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
+
+    def _run_trial(self, planned: NextTrial) -> TrialRecord:
+        began = self.clock()
+        launch = self.launch(planned)
+        record = self.record_of(planned, launch, self.clock() - began)
+        self.record(record)
+        return record
 
     def run(self, progress: Callable[[Progress], None] | None = None) -> Outcome:
         """Plans and runs trials on the runtime until the study ends."""

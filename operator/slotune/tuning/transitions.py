@@ -39,8 +39,8 @@ from slotune.models import (
     TuningStatus,
 )
 from slotune.status import ConditionRow, Event
-from slotune.tuner.loop import Finished, Launch, NextTrial, Tuner
-from slotune.tuner.records import MemoryStore, TrialRecord, TrialState, dumps
+from slotune.tuner.loop import Finished, Launch, NextTrial, Planner
+from slotune.tuner.records import TrialRecord, TrialState, dumps
 from slotune.tuner.space import describe_params, platform_for
 
 TERMINAL = {TuningState.COMPLETED, TuningState.RECOMMENDED, TuningState.ROLLED_BACK}
@@ -317,25 +317,21 @@ class Study:
             return self._start(tuning, wanted, live.retune, keep_overlay=True)
         return self._result(tuning)
 
-    def _tuner(self, records: list[TrialRecord]) -> tuple[Tuner, MemoryStore]:
+    def _planner(self, records: list[TrialRecord]) -> Planner:
         """The study's planner, rebuilt from its records; the serving configuration is its
         'current' seed."""
-        store = MemoryStore(records)
         spec = (
             render.with_params(self.spec, self.situation.previous.promoted.params)
             if (self.situation.previous and self.situation.previous.promoted)
             else self.spec
         )
-        tuner = Tuner(
+        return Planner(
             spec,
-            runtime=None,
-            measure=None,
             platform=platform_for(self.spec),
             model=render.model_path(self.spec),
             served_name=render.served_name(self.owner, self.spec),
-            store=store,
+            records=records,
         )
-        return tuner, store
 
     # -- trials --------------------------------------------------------------------------------
 
@@ -365,10 +361,10 @@ class Study:
         return self._result(tuning, progressed=True)
 
     def _plan(self, tuning: TuningStatus, records: list[TrialRecord]) -> Decision:
-        tuner, store = self._tuner(records)
-        planned = tuner.plan()
-        if store.added:  # configurations rejected by vLLM's rules: recorded, never launched
-            records = store.load()
+        planner = self._planner(records)
+        planned = planner.plan()
+        if planner.rejected:  # configurations that break the engine's rules: never launched
+            records = [*records, *planner.rejected]
             self._save_records(tuning.study, records)
             tuning = trials.summarize(records, tuning)
         if isinstance(planned, Finished):
@@ -489,8 +485,9 @@ class Study:
         if workload is None or workload.request_rate is None:
             current.note = "waiting for live traffic to shape the trial workload"
             return self._result(tuning)
-        tuner, _ = self._tuner(records)
-        request = tuner.measure_request(_planned(current), rate=workload.request_rate)
+        request = self._planner(records).measure_request(
+            _planned(current), rate=workload.request_rate
+        )
         tuning.target_rate = round(request.target_rate, 4)
         job = render.render_load_job(
             self.owner,
@@ -575,10 +572,9 @@ class Study:
     ) -> Decision:
         """Keeps the trial's record (once, whatever restarts happen) and cleans up after it."""
         if not any(r.number == current.number for r in records):
-            tuner, _ = self._tuner(records)
             planned = _planned(current)
             seconds = (self.now - current.started_at).total_seconds()
-            record = tuner.outcome(planned, launch, seconds)
+            record = self._planner(records).record_of(planned, launch, seconds)
             records = [*records, record]
             self._save_records(tuning.study, records)
             self.events.append(_trial_event(record))
