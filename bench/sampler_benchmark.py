@@ -67,7 +67,7 @@ from slotune.tuner.landscape import (
     truly_feasible,
 )
 from slotune.tuner.local import load_deployment
-from slotune.tuner.loop import Outcome, Tuner, TunerOptions
+from slotune.tuner.loop import StudyResult, Tuner, TunerOptions
 from slotune.tuner.records import MemoryStore, TrialRecord
 from slotune.tuner.space import PLATFORMS, Platform, Space, build_space, clamp_into
 
@@ -214,7 +214,7 @@ class Bench:
 
 def run_study(
     bench: Bench, method: Method, seed: int, budget: int, counts: Figures, *, screening_only: bool
-) -> tuple[Outcome, list[dict[str, Any]]]:
+) -> tuple[StudyResult, list[dict[str, Any]]]:
     """One seeded study of `method` on the landscape; its outcome, and for each record the
     configuration the landscape served it from."""
     landscape, spec, platform = bench.landscape, bench.spec, bench.platform
@@ -260,7 +260,7 @@ class Figures:
 
 
 def screening_figures(
-    figures: Figures, outcome: Outcome, given: list[dict[str, Any]], truth: Truth, budget: int
+    figures: Figures, outcome: StudyResult, given: list[dict[str, Any]], truth: Truth, budget: int
 ) -> None:
     launched = [(r, g) for r, g in zip(outcome.records, given, strict=True) if r.launched]
     first = next((i + 1 for i, (r, _) in enumerate(launched) if r.feasible), budget + 1)
@@ -276,7 +276,7 @@ def screening_figures(
 
 
 def default_study_figures(
-    figures: Figures, outcome: Outcome, given: list[dict[str, Any]], truth: Truth
+    figures: Figures, outcome: StudyResult, given: list[dict[str, Any]], truth: Truth
 ) -> None:
     figures.launched.append(sum(1 for r in outcome.records if r.launched))
     if outcome.winner is None:

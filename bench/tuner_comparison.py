@@ -33,7 +33,7 @@ from optuna.distributions import CategoricalDistribution
 
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.local import load_deployment
-from slotune.tuner.loop import Outcome, Tuner, TunerOptions
+from slotune.tuner.loop import StudyResult, Tuner, TunerOptions
 from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialState
 from slotune.tuner.space import CPU, Space, describe_params
@@ -59,7 +59,7 @@ def grid_space() -> Space:
     }
 
 
-def run_method(name: str, trials: int, out: Path, python: Path) -> Outcome:
+def run_method(name: str, trials: int, out: Path, python: Path) -> StudyResult:
     deployment = load_deployment(EXAMPLE)
     spec = deployment.spec.model_copy(
         update={"tuning": deployment.spec.tuning.model_copy(update={"max_trials": trials})}
@@ -99,7 +99,7 @@ def run_method(name: str, trials: int, out: Path, python: Path) -> Outcome:
     )
 
 
-def summarise(name: str, outcome: Outcome) -> dict[str, Any]:
+def summarise(name: str, outcome: StudyResult) -> dict[str, Any]:
     launched = [r for r in outcome.records if r.launched]
     first = next((i + 1 for i, r in enumerate(launched) if r.feasible), None)
     feasible = [r for r in launched if r.feasible]

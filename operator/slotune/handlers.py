@@ -47,10 +47,10 @@ from slotune.kube import (
     slim,
 )
 from slotune.leader import LeaderElector, standby_health
-from slotune.reconcile import Monitor, Outcome, reconcile
+from slotune.monitor import PrometheusMonitor
+from slotune.reconcile import Monitor, Reconciled, reconcile
 from slotune.settings import OperatorSettings
 from slotune.status import clip
-from slotune.watch import PrometheusMonitor
 
 # Steps a study may take in one handler call before it waits for the next trigger.
 MAX_STEPS = 8
@@ -230,7 +230,7 @@ def _run(
     routine: bool = False,
     delivered: bool = False,
     owner_uid: str | None = None,
-) -> Outcome:
+) -> Reconciled:
     """Reconciles one object. A `routine` pass (the resync, a child's event, Kopf's retry of
     a failed handler) of an object that is backing off after failures raises `_NotDue`
     instead; Kopf's first call for a create, resume or spec edit is always tried at once.
@@ -245,7 +245,7 @@ def _run(
     kube = _kube(memo)
     ref = Ref(models.API_VERSION, models.KIND, meta["namespace"], meta["name"])
     monitor: Monitor | None = _state["monitor"]
-    outcome = Outcome(status=models.LLMDeploymentStatus())
+    outcome = Reconciled(status=models.LLMDeploymentStatus())
     key = (meta["namespace"], meta["name"])
     with _locks[key]:
         remaining = _backoff.remaining(key)
@@ -332,7 +332,7 @@ def _forget(key: tuple[str, str]) -> None:
     _seen.pop(key, None)
 
 
-def _report(body: dict[str, Any], outcome: Outcome, logger: KopfLogger, kube: Kube) -> None:
+def _report(body: dict[str, Any], outcome: Reconciled, logger: KopfLogger, kube: Kube) -> None:
     meta = body["metadata"]
     now = _state["clock"]().strftime("%Y-%m-%dT%H:%M:%SZ")
     for event in outcome.events:

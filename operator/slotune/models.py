@@ -755,7 +755,7 @@ class ActiveConfig(StatusModel):
     hash: str = ""
 
 
-class TrialRecord(StatusModel):
+class TrialSummary(StatusModel):
     """One tuning trial, as shown in status (bounded history)."""
 
     number: int
@@ -832,8 +832,8 @@ class TuningStatus(StatusModel):
     target_rate: float | None = Field(
         default=None, description="Requests/s a feasible configuration carries, headroom included."
     )
-    best: TrialRecord | None = None
-    trials: list[TrialRecord] = Field(default_factory=list)
+    best: TrialSummary | None = None
+    trials: list[TrialSummary] = Field(default_factory=list)
     recommendation: dict[str, Any] | None = Field(default=None, json_schema_extra=_PARAMS)
     promoted: TunedConfig | None = Field(
         default=None, description="What the serving Deployment runs on top of the spec."

@@ -34,7 +34,7 @@ POD_MONITOR_API = "monitoring.coreos.com/v1"
 
 
 @dataclass
-class Outcome:
+class Reconciled:
     """What one reconcile did, for the Kopf layer to report."""
 
     status: LLMDeploymentStatus
@@ -109,7 +109,7 @@ def reconcile(
     *,
     monitor: Monitor | None = None,
     settings: tuning.Settings | None = None,
-) -> Outcome:
+) -> Reconciled:
     """Bring the children of one LLMDeployment to its spec and report in its status."""
     meta = body["metadata"]
     owner = render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
@@ -185,7 +185,7 @@ def reconcile(
         serving_spec=serving_spec,
     )
     current = settle_figures(previous, compute_status(observation, previous, now), now)
-    outcome = Outcome(status=current, events=transitions(previous, current) + events, spec=spec)
+    outcome = Reconciled(status=current, events=transitions(previous, current) + events, spec=spec)
     if study is not None:
         outcome.events += study.events
         outcome.progressed = study.progressed

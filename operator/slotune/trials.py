@@ -135,10 +135,10 @@ def spec_hash(spec: models.LLMDeploymentSpec) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def shown(record: TrialRecord) -> models.TrialRecord:
+def shown(record: TrialRecord) -> models.TrialSummary:
     """A trial record as status shows it."""
     state = str(record.state) if record.phase == "screen" else f"{record.state} (re-measure)"
-    return models.TrialRecord(
+    return models.TrialSummary(
         number=record.number,
         params=record.params,
         state=state,

@@ -24,8 +24,8 @@ from slotune.metrics import (
     model_selector,
 )
 from slotune.models import LLMDeploymentSpec
+from slotune.monitor import live_workload
 from slotune.slo import histogram_quantile, judge_histogram
-from slotune.watch import live_workload
 from support.engine import ScrapedEngine
 from support.prometheus import PrometheusServer
 

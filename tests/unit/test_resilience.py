@@ -13,7 +13,7 @@ import pytest
 from slotune import models
 from slotune.backoff import Backoff
 from slotune.kube import RateLimit
-from slotune.watch import Breaker, PrometheusMonitor
+from slotune.monitor import Breaker, PrometheusMonitor
 from support.hanging import HangingServer
 
 

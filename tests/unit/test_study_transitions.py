@@ -19,7 +19,7 @@ from slotune import render, trials
 from slotune.capacity import Capacity
 from slotune.models import CurrentTrial, LLMDeploymentSpec, TunedConfig, TuningStatus
 from slotune.tuner.records import Measurement, TrialRecord, TrialState
-from slotune.tuner.study import infeasible_constraints
+from slotune.tuner.sampling import infeasible_constraints
 from slotune.tuning.transitions import Apply, Decision, Live, Settings, Situation, decide
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="u-1")

@@ -21,7 +21,7 @@ from slotune.capacity import above as capacity_above
 from slotune.models import LLMDeployment, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
-from slotune.tuner.loop import Outcome, Progress, Tuner, TunerOptions, engine_config
+from slotune.tuner.loop import Progress, StudyResult, Tuner, TunerOptions, engine_config
 from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
 from slotune.tuner.report import (
@@ -107,7 +107,7 @@ def _capacity_text(record: TrialRecord) -> str:
     return m.capacity.describe()
 
 
-def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
+def _summary(outcome: StudyResult, deployment: LLMDeployment) -> str:
     lines = [f"Study for {deployment.metadata.name}: {outcome.stopped_because}."]
     launched = sum(1 for r in outcome.records if r.launched)
     rejected = sum(1 for r in outcome.records if r.state == TrialState.REJECTED)
@@ -171,7 +171,7 @@ def _summary(outcome: Outcome, deployment: LLMDeployment) -> str:
     return "\n".join(lines)
 
 
-def no_winner(outcome: Outcome, of_ceiling: Callable[[float], str]) -> str:
+def no_winner(outcome: StudyResult, of_ceiling: Callable[[float], str]) -> str:
     """The study's end when no configuration carries the target with headroom: how much the
     best one carries, re-measured where the budget allowed."""
     head = "No configuration carries the target with headroom"

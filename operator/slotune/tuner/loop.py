@@ -32,8 +32,7 @@ from slotune.capacity import (
 )
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
-from slotune.tuner import perfmodel
-from slotune.tuner import study as studies
+from slotune.tuner import perfmodel, sampling
 from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState, study_ceiling
 from slotune.tuner.space import Platform, Space, build_space, clamp_into
 
@@ -121,7 +120,7 @@ class Progress:
 
 
 @dataclass
-class Outcome:
+class StudyResult:
     records: list[TrialRecord]
     winner: TrialRecord | None
     baseline: TrialRecord | None
@@ -190,10 +189,10 @@ class Planner:
         # A rebuilt study gets a sampler seed moved on by the trials it already holds: the
         # same seed would replay the first random draws and repeat configurations.
         resumed = sum(1 for r in self.records if r.phase == "screen")
-        self.study = studies.create_study(
+        self.study = sampling.create_study(
             spec.tuning.seed + resumed, storage=storage, sampler=sampler
         )
-        studies.rebuild(self.study, self.space, self.slo, self.records)
+        sampling.rebuild(self.study, self.space, self.slo, self.records)
         self._pending: dict[int, optuna.Trial] = {}
         self._model_planned = False
         if self.options.seed_with_defaults:
@@ -283,10 +282,10 @@ class Planner:
         """The record of a planned trial, from how its launch fared (wherever it ran)."""
         measurement = launch.measurement
         if measurement is None:
-            constraints = studies.infeasible_constraints()
+            constraints = sampling.infeasible_constraints()
             score = 0.0
         else:
-            constraints = studies.capacity_constraints(measurement)
+            constraints = sampling.capacity_constraints(measurement)
             bounds = {name: t.max_seconds for name, t in self.slo.targets().items()}
             score = _score(self.spec.tuning.objective, measurement, bounds)
         return TrialRecord(
@@ -311,7 +310,7 @@ class Planner:
         self.records.append(record)
         pending = self._pending.pop(record.number, None)
         if pending is not None:
-            studies.tell(self.study, pending, record, self.slo)
+            sampling.tell(self.study, pending, record, self.slo)
 
     # -- the study ---------------------------------------------------------------------------
 
@@ -551,7 +550,7 @@ class Tuner(Planner):
         self.record(record)
         return record
 
-    def run(self, progress: Callable[[Progress], None] | None = None) -> Outcome:
+    def run(self, progress: Callable[[Progress], None] | None = None) -> StudyResult:
         """Plans and runs trials on the runtime until the study ends."""
         budget = self.spec.tuning.max_trials
         while isinstance(planned := self.plan(), NextTrial):
@@ -565,7 +564,7 @@ class Tuner(Planner):
         baseline = next(
             (r for r in self.records if r.label == "vllm-defaults" and r.phase == "screen"), None
         )
-        return Outcome(
+        return StudyResult(
             records=list(self.records),
             winner=planned.winner,
             baseline=baseline,

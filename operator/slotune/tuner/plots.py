@@ -18,8 +18,8 @@ import optuna
 from slotune.models import SloSpec
 from slotune.tuner.records import TrialRecord, TrialState, record_capacity, study_ceiling
 from slotune.tuner.report import PLOTS
+from slotune.tuner.sampling import rebuild
 from slotune.tuner.space import PARAM_SHORT, Space
-from slotune.tuner.study import rebuild
 
 
 def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:

@@ -157,28 +157,28 @@ def _row(tuning: TuningStatus) -> ConditionRow:
     return (ConditionType.TUNING, "False", reason, message)
 
 
-def _tuning_off(study: Study) -> bool:
+def _tuning_off(study: StudyStep) -> bool:
     return not study.spec.tuning.enabled or study.spec.slo is None
 
 
-def _held(study: Study) -> bool:
+def _held(study: StudyStep) -> bool:
     return study.situation.live.hold
 
 
-def _new_study_due(study: Study) -> bool:
+def _new_study_due(study: StudyStep) -> bool:
     previous = study.situation.previous
     return previous is None or previous.spec_hash != trials.spec_hash(study.spec)
 
 
-def _ended(study: Study) -> bool:
+def _ended(study: StudyStep) -> bool:
     return study.tuning.state in TERMINAL
 
 
-def _promoting(study: Study) -> bool:
+def _promoting(study: StudyStep) -> bool:
     return study.tuning.state == TuningState.PROMOTING
 
 
-def _always(study: Study) -> bool:
+def _always(study: StudyStep) -> bool:
     return True
 
 
@@ -187,8 +187,8 @@ class Transition:
     """When `guard` holds (the first one, in table order), `then` decides the step."""
 
     when: str
-    guard: Callable[[Study], bool]
-    then: Callable[[Study], Decision]
+    guard: Callable[[StudyStep], bool]
+    then: Callable[[StudyStep], Decision]
 
 
 # What kind of step this is. Order carries meaning: a hold beats a spec change (no new study
@@ -204,7 +204,7 @@ STUDY: tuple[Transition, ...] = (
 )
 
 
-class Study:
+class StudyStep:
     """One step's decision for an LLMDeployment's study, built from plain data."""
 
     def __init__(self, situation: Situation, observation: Observation) -> None:
@@ -726,14 +726,14 @@ class Study:
         return self.seen.serving_pods(config_hash)
 
 
-TrialStep = Callable[[Study, TuningStatus, CurrentTrial, list[TrialRecord]], Decision]
+TrialStep = Callable[[StudyStep, TuningStatus, CurrentTrial, list[TrialRecord]], Decision]
 
 # A trial in flight goes on by its step: Launching (its engine starts), Measuring (its load Job
 # runs), CleaningUp (recorded; its objects go). A study with no trial in flight plans the next.
 TRIAL_STEPS: dict[str, TrialStep] = {
-    "Launching": Study._launching,
-    "Measuring": Study._measuring,
-    "CleaningUp": Study._cleaning_up,
+    "Launching": StudyStep._launching,
+    "Measuring": StudyStep._measuring,
+    "CleaningUp": StudyStep._cleaning_up,
 }
 
 
@@ -806,4 +806,4 @@ def _trial_event(record: TrialRecord) -> Event:
 
 def decide(situation: Situation, observation: Observation) -> Decision:
     """One step of the LLMDeployment's study; see the module docstring."""
-    return Study(situation, observation).decide()
+    return StudyStep(situation, observation).decide()
