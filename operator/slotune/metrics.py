@@ -1,7 +1,8 @@
 """What slotune reads from vLLM and the GPUs, and where it reads it from.
 
-The PromQL builders are pure functions of plain data (metric names, a label selector, a
-window), so the queries the operator sends are unit-tested as text. Metric names moved between
+The PromQL shapes are pure functions of plain data (metric names, a label selector, a
+window), so the queries the operator sends are unit-tested as text; the builders only the tests
+use live in `tests/support/promql.py`. Metric names moved between
 vLLM and DCGM exporter versions; `METRICS` lists the candidates for each logical signal, newest
 first, and `resolve_names` picks the ones a source actually exposes. Two sources do the I/O:
 `PrometheusSource` (the only user of prometheus-api-client) for clusters, and `ScrapeSource`,
@@ -174,7 +175,7 @@ def _quantile(percentile: float) -> str:
     return repr(round(percentile / 100, 10))
 
 
-def _by(labels: Sequence[str]) -> str:
+def group_by(labels: Sequence[str]) -> str:
     return f" by ({', '.join(labels)})" if labels else ""
 
 
@@ -190,7 +191,7 @@ def histogram_quantile_query(
 ) -> str:
     """The pN of a histogram over a window, summed over the selected series first."""
     window_seconds(window)
-    groups = _by(("le", *by))
+    groups = group_by(("le", *by))
     return (
         f"histogram_quantile({_quantile(percentile)}, "
         f"sum{groups} (rate({metric}_bucket{selector}[{window}])))"
@@ -202,7 +203,7 @@ def histogram_mean_query(
 ) -> str:
     """Mean observation over a window: rate of the sum over rate of the count."""
     window_seconds(window)
-    groups = _by(by)
+    groups = group_by(by)
     return (
         f"sum{groups} (rate({metric}_sum{selector}[{window}]))"
         f" / sum{groups} (rate({metric}_count{selector}[{window}]))"
@@ -213,150 +214,7 @@ def counter_rate_query(
     metric: str, window: str, selector: Selector = Selector(), by: Sequence[str] = ()
 ) -> str:
     window_seconds(window)
-    return f"sum{_by(by)} (rate({metric}{selector}[{window}]))"
-
-
-def counter_increase_query(
-    metric: str, window: str, selector: Selector = Selector(), by: Sequence[str] = ()
-) -> str:
-    window_seconds(window)
-    return f"sum{_by(by)} (increase({metric}{selector}[{window}]))"
-
-
-# --- PromQL: vLLM -------------------------------------------------------------------------
-
-
-def latency_quantile(
-    signal: LatencySignal,
-    percentile: float,
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """pN of TTFT, TPOT, ITL, e2e, queue, prefill or decode time, in seconds."""
-    return histogram_quantile_query(names[signal], percentile, window, selector, by)
-
-
-def latency_mean(
-    signal: LatencySignal,
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    return histogram_mean_query(names[signal], window, selector, by)
-
-
-def request_throughput(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    completed_only: bool = False,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """Finished requests per second; `completed_only` leaves out aborts and errors."""
-    if completed_only:
-        selector = selector.with_regex(finished_reason="stop|length")
-    return counter_rate_query(names["request_success"], window, selector, by)
-
-
-def prompt_token_throughput(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """Prefill tokens per second, cached ones included."""
-    return counter_rate_query(names["prompt_tokens"], window, selector, by)
-
-
-def generation_token_throughput(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    return counter_rate_query(names["generation_tokens"], window, selector, by)
-
-
-def kv_cache_usage(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """KV cache in use now, a fraction 0-1; the fullest replica."""
-    return f"max{_by(by)} ({names['kv_cache_usage']}{selector})"
-
-
-def kv_cache_usage_max(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """The highest KV cache use (0-1) over a window, the fullest replica."""
-    window_seconds(window)
-    return f"max{_by(by)} (max_over_time({names['kv_cache_usage']}{selector}[{window}]))"
-
-
-def preemption_rate(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    return counter_rate_query(names["preemptions"], window, selector, by)
-
-
-def preemption_increase(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    return counter_increase_query(names["preemptions"], window, selector, by)
-
-
-def prefix_cache_hit_rate(
-    window: str,
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """Token-weighted prefix-cache hit rate, 0-1 (NaN with no queries in the window)."""
-    return (
-        f"{counter_rate_query(names['prefix_cache_hits'], window, selector, by)}"
-        f" / {counter_rate_query(names['prefix_cache_queries'], window, selector, by)}"
-    )
-
-
-def requests_running(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    return f"sum{_by(by)} ({names['requests_running']}{selector})"
-
-
-def requests_waiting(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = (),
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    return f"sum{_by(by)} ({names['requests_waiting']}{selector})"
+    return f"sum{group_by(by)} (rate({metric}{selector}[{window}]))"
 
 
 # --- PromQL: the workload fingerprint of live traffic ---------------------------------------
@@ -515,81 +373,6 @@ def decode_clock_event_reasons(mask: float) -> ClockEvents:
     for reason in ClockEventReason:
         known |= int(reason)
     return ClockEvents(mask=bits, reasons=reasons, unknown_bits=bits & ~known)
-
-
-GPU_LABELS: tuple[str, ...] = ("gpu", "UUID")
-
-
-def gpu_sm_clock(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = GPU_LABELS,
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """SM clock now, MHz, per GPU."""
-    return f"max{_by(by)} ({names['gpu_sm_clock']}{selector})"
-
-
-def gpu_sm_clock_ratio(
-    selector: Selector = Selector(),
-    *,
-    max_window: str = "1h",
-    by: Sequence[str] = GPU_LABELS,
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """SM clock as a fraction of its maximum, per GPU. The maximum is
-    `DCGM_FI_DEV_MAX_SM_CLOCK` when resolved names show the exporter exposes it (it is not in
-    the default CSV), else the highest clock seen over `max_window`. An idle GPU also clocks
-    down, so read this together with the clock-event reasons."""
-    clock = f"max{_by(by)} ({names['gpu_sm_clock']}{selector})"
-    if not names.exposes("gpu_max_sm_clock"):
-        window_seconds(max_window)
-        ceiling = f"max{_by(by)} (max_over_time({names['gpu_sm_clock']}{selector}[{max_window}]))"
-    else:
-        ceiling = f"max{_by(by)} ({names['gpu_max_sm_clock']}{selector})"
-    return f"{clock} / {ceiling}"
-
-
-def gpu_clock_event_reasons(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = GPU_LABELS,
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """The clock-event bitmask per GPU; decode each value with `decode_clock_event_reasons`.
-    (Not in the exporter's default CSV.) Bitmasks do not aggregate, so `by` should name the
-    GPU."""
-    return f"max{_by(by)} ({names['gpu_clock_event_reasons']}{selector})"
-
-
-def gpu_framebuffer_used(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = GPU_LABELS,
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """Framebuffer memory in use, MiB, per GPU."""
-    return f"max{_by(by)} ({names['gpu_fb_used']}{selector})"
-
-
-def gpu_temperature(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = GPU_LABELS,
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """GPU temperature, °C, per GPU."""
-    return f"max{_by(by)} ({names['gpu_temperature']}{selector})"
-
-
-def gpu_power(
-    selector: Selector = Selector(),
-    *,
-    by: Sequence[str] = GPU_LABELS,
-    names: MetricNames = DEFAULT_NAMES,
-) -> str:
-    """Power draw, W, per GPU."""
-    return f"max{_by(by)} ({names['gpu_power']}{selector})"
 
 
 # --- sources ------------------------------------------------------------------------------

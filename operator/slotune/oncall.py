@@ -44,10 +44,10 @@ from slotune.metrics import (
     MetricsUnavailable,
     PrometheusSource,
     Selector,
+    counter_rate_query,
     dcgm_selector,
     decode_clock_event_reasons,
     model_selector,
-    request_throughput,
     stable_error,
     window_seconds,
 )
@@ -157,7 +157,8 @@ def read_live(
         targets: dict[str, TargetReading] = {}
         pods: list[str] = list(trial_pods)
         if scraped:
-            rate = source.query_value(request_throughput(window, selector), at)
+            finished = engine.metrics["request_success"][0]
+            rate = source.query_value(counter_rate_query(finished, window, selector), at)
             if spec.slo is not None:
                 targets = {
                     name: _read_target(

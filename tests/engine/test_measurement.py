@@ -40,7 +40,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from slotune import metrics
 from slotune.engine.vllm import custom_histogram_buckets
 from slotune.loadgen import RequestResult, Workload, plan_requests, run_workload, summarize
 from slotune.metrics import (
@@ -55,6 +54,7 @@ from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalEngine, LocalRuntime, cpu_dtype
 from slotune.slo import evaluate_samples, histogram_quantile, judge_histogram
 from slotune.stats import mean, percentile
+from support import promql as queries
 from support.engine import TINY_MODEL
 from support.prometheus import PrometheusServer, prometheus_binary
 
@@ -407,7 +407,7 @@ def test_prometheus_ttft_percentiles_bracket_the_client_ones(
 
     # The PromQL the operator sends (a rate over a window) lands in the same bucket.
     promql = shared.source.query_value(
-        metrics.latency_quantile("ttft", p, frame.window, TINY), at=frame.ended
+        queries.latency_quantile("ttft", p, frame.window, TINY), at=frame.ended
     )
     assert promql is not None
     assert lower < promql <= upper
@@ -451,7 +451,7 @@ def test_prometheus_tpot_percentiles_bracket_the_client_ones(
     assert mean(client) == pytest.approx(server_mean, abs=error.total_s / len(client))
 
     promql = shared.source.query_value(
-        metrics.latency_quantile("tpot", p, frame.window, TINY), at=frame.ended
+        queries.latency_quantile("tpot", p, frame.window, TINY), at=frame.ended
     )
     assert promql is not None
     assert lower < promql <= upper
@@ -512,7 +512,7 @@ def test_generation_throughput_is_the_engine_counter_delta(
     # rate() extrapolates from the first and last samples to the window's edges, each at
     # most 1.1 scrape intervals away, so its increase is the delta scaled up by at most that.
     rate = shared.source.query_value(
-        metrics.generation_token_throughput(frame.window, TINY), at=frame.ended
+        queries.generation_token_throughput(frame.window, TINY), at=frame.ended
     )
     assert rate is not None
     window = frame.window_s
@@ -571,7 +571,7 @@ def test_kv_cache_usage_is_what_the_engine_reported_at_each_scrape(shared: Engin
     assert len(held) >= 3  # scrapes while the requests held blocks
 
     # Idle again: the operator's query shows the engine's current value.
-    assert shared.source.query_value(metrics.kv_cache_usage(TINY)) == shared.scrape.value(
+    assert shared.source.query_value(queries.kv_cache_usage(TINY)) == shared.scrape.value(
         KV_USAGE, model_name=SERVED
     )
 
@@ -715,7 +715,7 @@ def test_preemptions_in_prometheus_are_the_engines(slo_engine: SloEngine, slo_ru
     engine_delta = frame.engine_delta(name)
     from_prometheus = prometheus_delta(engine, name, frame)
     increase = engine.source.query_value(
-        metrics.preemption_increase(frame.window, TINY), at=frame.ended
+        queries.preemption_increase(frame.window, TINY), at=frame.ended
     )
     print(f"preemptions: engine {engine_delta:g}, Prometheus {from_prometheus:g}, {increase=}")
     assert engine_delta > 0
@@ -724,8 +724,8 @@ def test_preemptions_in_prometheus_are_the_engines(slo_engine: SloEngine, slo_ru
     assert increase is not None
     assert engine_delta <= increase <= engine_delta * window / (window - 2.2)
 
-    peak = engine.source.query_value(metrics.kv_cache_usage_max(frame.window, TINY), at=frame.ended)
+    peak = engine.source.query_value(queries.kv_cache_usage_max(frame.window, TINY), at=frame.ended)
     print(f"KV usage peak during the burst: {peak}")
-    assert engine.source.query_value(metrics.kv_cache_usage(TINY)) == engine.scrape.value(
+    assert engine.source.query_value(queries.kv_cache_usage(TINY)) == engine.scrape.value(
         KV_USAGE, model_name=SERVED
     )

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from slotune import metrics
 from slotune.metrics import (
     MetricsUnavailable,
     PrometheusSource,
@@ -26,6 +25,7 @@ from slotune.metrics import (
 from slotune.models import LLMDeploymentSpec
 from slotune.monitor import live_workload
 from slotune.slo import histogram_quantile, judge_histogram
+from support import promql
 from support.engine import ScrapedEngine
 from support.prometheus import PrometheusServer
 
@@ -108,20 +108,20 @@ def test_workload_fingerprint_and_latency_queries_run_on_real_data(
     assert fingerprint.arrival_rate > 0
 
     for signal in ("ttft", "tpot", "itl", "e2e", "queue_time"):
-        p95 = source.query_value(metrics.latency_quantile(signal, 95, "1m", tiny, names=names))
-        mean = source.query_value(metrics.latency_mean(signal, "1m", tiny, names=names))
+        p95 = source.query_value(promql.latency_quantile(signal, 95, "1m", tiny, names=names))
+        mean = source.query_value(promql.latency_mean(signal, "1m", tiny, names=names))
         assert p95 is not None, signal
         assert mean is not None, signal
         assert 0 <= mean <= 60, signal
-    throughput = source.query_value(metrics.request_throughput("1m", tiny, completed_only=True))
+    throughput = source.query_value(promql.request_throughput("1m", tiny, completed_only=True))
     assert throughput is not None
     assert throughput > 0
-    tokens = source.query_value(metrics.generation_token_throughput("1m", tiny))
+    tokens = source.query_value(promql.generation_token_throughput("1m", tiny))
     assert tokens is not None
     assert tokens > 0
-    assert source.query_value(metrics.preemption_increase("1m", tiny)) == 0
-    assert source.query_value(metrics.requests_waiting(tiny)) == 0
-    hit_rate = source.query_value(metrics.prefix_cache_hit_rate("1m", tiny))
+    assert source.query_value(promql.preemption_increase("1m", tiny)) == 0
+    assert source.query_value(promql.requests_waiting(tiny)) == 0
+    hit_rate = source.query_value(promql.prefix_cache_hit_rate("1m", tiny))
     assert hit_rate is not None
     assert 0 <= hit_rate <= 1
 
@@ -205,7 +205,7 @@ def test_kv_cache_usage_peak_of_a_long_request(
             time.sleep(0.2)
 
     def prometheus_saw_blocks() -> bool:
-        return bool(source.query_value(metrics.kv_cache_usage_max("1m", tiny)))
+        return bool(source.query_value(promql.kv_cache_usage_max("1m", tiny)))
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -228,7 +228,7 @@ def test_kv_cache_usage_peak_of_a_long_request(
         watcher.join()
     time.sleep(2.5)  # two more scrapes
 
-    peak = source.query_value(metrics.kv_cache_usage_max("1m", tiny))
+    peak = source.query_value(promql.kv_cache_usage_max("1m", tiny))
     most_blocks = math.ceil((len(PROMPT) + output_tokens) / block_size)
     assert peak is not None
     # A fraction of the usable blocks (vLLM: 1 - free / (num_gpu_blocks - 1)), not a percent.
@@ -236,7 +236,7 @@ def test_kv_cache_usage_peak_of_a_long_request(
     assert max(seen) <= most_blocks / (blocks - 1) + 1e-12
     # Idle again: Prometheus and the engine agree on the current value.
     now = scrape.value("vllm:kv_cache_usage_perc", model_name="tiny")
-    eventually(lambda: source.query_value(metrics.kv_cache_usage(tiny)), now or 0.0)
+    eventually(lambda: source.query_value(promql.kv_cache_usage(tiny)), now or 0.0)
 
 
 def test_unreachable_sources_say_so() -> None:

@@ -21,6 +21,7 @@ from slotune.metrics import (
     resolve_names,
     window_seconds,
 )
+from support import promql
 
 REAL_EXPOSITION = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
 TINY = model_selector(model_name="tiny")
@@ -61,55 +62,55 @@ def test_window_seconds_parses_prometheus_durations_and_refuses_others() -> None
 
 
 def test_latency_quantiles_use_the_v1_histograms_and_the_selector() -> None:
-    assert metrics.latency_quantile("ttft", 95, "5m", TINY) == (
+    assert promql.latency_quantile("ttft", 95, "5m", TINY) == (
         "histogram_quantile(0.95, sum by (le) "
         '(rate(vllm:time_to_first_token_seconds_bucket{model_name="tiny"}[5m])))'
     )
-    assert metrics.latency_quantile("tpot", 99.9, "1m", TINY, by=["model_name"]) == (
+    assert promql.latency_quantile("tpot", 99.9, "1m", TINY, by=["model_name"]) == (
         "histogram_quantile(0.999, sum by (le, model_name) "
         '(rate(vllm:request_time_per_output_token_seconds_bucket{model_name="tiny"}[1m])))'
     )
-    assert "vllm:inter_token_latency_seconds_bucket" in metrics.latency_quantile("itl", 50, "5m")
-    assert "vllm:e2e_request_latency_seconds_bucket" in metrics.latency_quantile("e2e", 50, "5m")
-    queue = metrics.latency_quantile("queue_time", 90, "5m")
+    assert "vllm:inter_token_latency_seconds_bucket" in promql.latency_quantile("itl", 50, "5m")
+    assert "vllm:e2e_request_latency_seconds_bucket" in promql.latency_quantile("e2e", 50, "5m")
+    queue = promql.latency_quantile("queue_time", 90, "5m")
     assert "vllm:request_queue_time_seconds_bucket" in queue
     with pytest.raises(ValueError, match="percentile"):
-        metrics.latency_quantile("ttft", 100, "5m")
+        promql.latency_quantile("ttft", 100, "5m")
     with pytest.raises(ValueError, match="duration"):
-        metrics.latency_quantile("ttft", 95, "five minutes")
+        promql.latency_quantile("ttft", 95, "five minutes")
 
 
 def test_means_are_the_ratio_of_sum_and_count_rates() -> None:
-    assert metrics.latency_mean("ttft", "5m", TINY) == (
+    assert promql.latency_mean("ttft", "5m", TINY) == (
         'sum (rate(vllm:time_to_first_token_seconds_sum{model_name="tiny"}[5m]))'
         ' / sum (rate(vllm:time_to_first_token_seconds_count{model_name="tiny"}[5m]))'
     )
 
 
 def test_throughput_and_cache_queries() -> None:
-    assert metrics.request_throughput("5m", TINY) == (
+    assert promql.request_throughput("5m", TINY) == (
         'sum (rate(vllm:request_success_total{model_name="tiny"}[5m]))'
     )
-    assert metrics.request_throughput("5m", TINY, completed_only=True) == (
+    assert promql.request_throughput("5m", TINY, completed_only=True) == (
         'sum (rate(vllm:request_success_total{finished_reason=~"stop|length",'
         'model_name="tiny"}[5m]))'
     )
-    assert metrics.prompt_token_throughput("5m") == "sum (rate(vllm:prompt_tokens_total[5m]))"
-    assert metrics.generation_token_throughput("5m", by=["model_name"]) == (
+    assert promql.prompt_token_throughput("5m") == "sum (rate(vllm:prompt_tokens_total[5m]))"
+    assert promql.generation_token_throughput("5m", by=["model_name"]) == (
         "sum by (model_name) (rate(vllm:generation_tokens_total[5m]))"
     )
-    assert metrics.kv_cache_usage_max("5m", TINY) == (
+    assert promql.kv_cache_usage_max("5m", TINY) == (
         'max (max_over_time(vllm:kv_cache_usage_perc{model_name="tiny"}[5m]))'
     )
-    assert metrics.kv_cache_usage(TINY) == 'max (vllm:kv_cache_usage_perc{model_name="tiny"})'
-    assert metrics.preemption_rate("5m") == "sum (rate(vllm:num_preemptions_total[5m]))"
-    assert metrics.preemption_increase("10m") == ("sum (increase(vllm:num_preemptions_total[10m]))")
-    assert metrics.prefix_cache_hit_rate("5m") == (
+    assert promql.kv_cache_usage(TINY) == 'max (vllm:kv_cache_usage_perc{model_name="tiny"})'
+    assert promql.preemption_rate("5m") == "sum (rate(vllm:num_preemptions_total[5m]))"
+    assert promql.preemption_increase("10m") == ("sum (increase(vllm:num_preemptions_total[10m]))")
+    assert promql.prefix_cache_hit_rate("5m") == (
         "sum (rate(vllm:prefix_cache_hits_total[5m]))"
         " / sum (rate(vllm:prefix_cache_queries_total[5m]))"
     )
-    assert metrics.requests_running(TINY) == 'sum (vllm:num_requests_running{model_name="tiny"})'
-    assert metrics.requests_waiting() == "sum (vllm:num_requests_waiting)"
+    assert promql.requests_running(TINY) == 'sum (vllm:num_requests_running{model_name="tiny"})'
+    assert promql.requests_waiting() == "sum (vllm:num_requests_waiting)"
 
 
 def test_workload_fingerprint_covers_arrivals_and_both_length_distributions() -> None:
@@ -153,8 +154,8 @@ def test_resolution_prefers_the_newest_exposed_name() -> None:
     assert old["tpot"] == "vllm:time_per_output_token_seconds"
     assert old["gpu_power"] == "DCGM_FI_DEV_BOARD_POWER_WATTS"
     assert old["gpu_clock_event_reasons"] == "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
-    assert metrics.kv_cache_usage(names=old) == "max (vllm:gpu_cache_usage_perc)"
-    assert "vllm:time_per_output_token_seconds_bucket" in metrics.latency_quantile(
+    assert promql.kv_cache_usage(names=old) == "max (vllm:gpu_cache_usage_perc)"
+    assert "vllm:time_per_output_token_seconds_bucket" in promql.latency_quantile(
         "tpot", 95, "5m", names=old
     )
 
@@ -200,25 +201,25 @@ def test_clock_event_bitmask_decodes_to_reason_names() -> None:
 
 def test_gpu_queries() -> None:
     sel = dcgm_selector("prod", "llm-0")
-    assert metrics.gpu_sm_clock(sel) == (
+    assert promql.gpu_sm_clock(sel) == (
         'max by (gpu, UUID) (DCGM_FI_DEV_SM_CLOCK{namespace="prod",pod="llm-0"})'
     )
     # Unresolved names: DCGM_FI_DEV_MAX_SM_CLOCK is not in the default CSV.
-    assert metrics.gpu_sm_clock_ratio(sel, max_window="6h") == (
+    assert promql.gpu_sm_clock_ratio(sel, max_window="6h") == (
         'max by (gpu, UUID) (DCGM_FI_DEV_SM_CLOCK{namespace="prod",pod="llm-0"})'
         " / max by (gpu, UUID) "
         '(max_over_time(DCGM_FI_DEV_SM_CLOCK{namespace="prod",pod="llm-0"}[6h]))'
     )
     with_max = resolve_names({"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MAX_SM_CLOCK"})
-    assert metrics.gpu_sm_clock_ratio(names=with_max) == (
+    assert promql.gpu_sm_clock_ratio(names=with_max) == (
         "max by (gpu, UUID) (DCGM_FI_DEV_SM_CLOCK) / max by (gpu, UUID) (DCGM_FI_DEV_MAX_SM_CLOCK)"
     )
-    assert metrics.gpu_clock_event_reasons() == (
+    assert promql.gpu_clock_event_reasons() == (
         "max by (gpu, UUID) (DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"
     )
-    assert metrics.gpu_framebuffer_used(by=["gpu"]) == "max by (gpu) (DCGM_FI_DEV_FB_USED)"
-    assert metrics.gpu_temperature() == "max by (gpu, UUID) (DCGM_FI_DEV_GPU_TEMP)"
-    assert metrics.gpu_power() == "max by (gpu, UUID) (DCGM_FI_DEV_POWER_USAGE)"
+    assert promql.gpu_framebuffer_used(by=["gpu"]) == "max by (gpu) (DCGM_FI_DEV_FB_USED)"
+    assert promql.gpu_temperature() == "max by (gpu, UUID) (DCGM_FI_DEV_GPU_TEMP)"
+    assert promql.gpu_power() == "max by (gpu, UUID) (DCGM_FI_DEV_POWER_USAGE)"
 
 
 # --- the exposition parser, on the real vLLM 0.32 /metrics ---------------------------------
