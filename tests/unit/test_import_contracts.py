@@ -57,6 +57,10 @@ def test_the_contracts_hold_on_the_code(tmp_path: Path) -> None:
         ("capacity.py", "import subprocess", "The pure core neither"),
         # The Kubernetes client outside slotune.kube.
         ("reconcile.py", "import kubernetes", "Only slotune.kube imports the kubernetes"),
+        # The study's transitions doing I/O instead of deciding from their observation.
+        ("tuning/transitions.py", "from slotune import kube", "The pure core neither"),
+        # An engine adapter reaching into the cluster side.
+        ("engine/sglang/__init__.py", "from slotune import render", "The layers"),
     ],
 )
 def test_a_crossed_line_breaks_its_contract(
