@@ -86,3 +86,13 @@ class Knob:
         """Every spelling the engine's parser maps onto this setting."""
         names = (self.flag, *self.aliases)
         return names if self.negative is None else (*names, self.negative)
+
+
+def render_knobs(knobs: tuple[Knob, ...], explicit: Mapping[str, Any]) -> list[str]:
+    """The settings given (`EngineArgs.explicit()`) as the engine's flags, in full-name form and
+    in the order of its registry (a stable order: another would roll every engine)."""
+    rendered: list[str] = []
+    for knob in knobs:
+        if knob.field in explicit:
+            rendered += knob.render(explicit[knob.field])
+    return rendered

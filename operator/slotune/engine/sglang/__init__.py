@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 
 from slotune.engine.base import Violation, bounds_around
-from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob
+from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
 from slotune.engine.startup import Cause, FailureKind, StartFailure, StartupFacts, classify
 from slotune.models import AttentionBackend, EngineArgs, SloSpec
 
@@ -172,11 +172,7 @@ class Sglang:
             rendered += ["--tp-size", str(tensor_parallel_size)]
         # Without it SGLang serves no /metrics, and slotune could not see the SLO.
         rendered.append("--enable-metrics")
-        explicit = args.explicit()
-        for knob in KNOBS:
-            if knob.field in explicit:
-                rendered += knob.render(explicit[knob.field])
-        return rendered + list(extra_args)
+        return rendered + render_knobs(KNOBS, args.explicit()) + list(extra_args)
 
     def observability_args(self, slo: SloSpec, image: str, extra_args: list[str]) -> list[str]:
         given = {_flag_of(token) for token in extra_args}

@@ -136,15 +136,12 @@ class Vllm:
         host: str = "0.0.0.0",  # noqa: S104 - in a pod the engine serves the pod's network
         port: int | None = None,
     ) -> list[str]:
-        return rules.render_serve_args(
-            model,
-            served_name,
-            args,
-            extra_args,
-            tensor_parallel_size=tensor_parallel_size,
-            host=host,
-            port=self.port if port is None else port,
-        )
+        """The whole argument list after `python -m vllm.entrypoints.openai.api_server`."""
+        rendered = ["--model", model, "--served-model-name", served_name, "--host", host]
+        rendered += ["--port", str(self.port if port is None else port)]
+        if tensor_parallel_size > 1:
+            rendered += ["--tensor-parallel-size", str(tensor_parallel_size)]
+        return rendered + rules.render_tuned_args(args) + list(extra_args)
 
     def observability_args(self, slo: SloSpec, image: str, extra_args: list[str]) -> list[str]:
         # vLLM's default latency buckets cannot decide most SLOs (none between 1 s and 2.5 s

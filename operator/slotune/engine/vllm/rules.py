@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any, get_args
 
 from slotune.engine.base import Violation
-from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob
+from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
 from slotune.models import AttentionBackend, EngineArgs, KvCacheDtype
 
 PINNED_VERSION = "0.32.0"
@@ -557,28 +557,4 @@ def check_resources(
 
 def render_tuned_args(args: EngineArgs) -> list[str]:
     """The typed settings as vLLM flags, always in full-name form and a stable order."""
-    rendered: list[str] = []
-    explicit = args.explicit()
-    for knob in KNOBS:
-        if knob.field not in explicit:
-            continue
-        rendered += knob.render(explicit[knob.field])
-    return rendered
-
-
-def render_serve_args(
-    model: str,
-    served_name: str,
-    args: EngineArgs,
-    extra_args: list[str],
-    *,
-    tensor_parallel_size: int = 1,
-    host: str = "0.0.0.0",  # noqa: S104 - in a pod the engine serves the pod's network
-    port: int = DEFAULT_PORT,
-) -> list[str]:
-    """The whole argument list after `python -m vllm.entrypoints.openai.api_server`."""
-    rendered = ["--model", model, "--served-model-name", served_name, "--host", host]
-    rendered += ["--port", str(port)]
-    if tensor_parallel_size > 1:
-        rendered += ["--tensor-parallel-size", str(tensor_parallel_size)]
-    return rendered + render_tuned_args(args) + list(extra_args)
+    return render_knobs(KNOBS, args.explicit())
