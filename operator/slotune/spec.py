@@ -71,7 +71,17 @@ def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]
     ) + engine.check_resources(
         given.extra_args, spec.resources.gpus, given.image, given.attention_backend
     )
-    return spec, [str(v) for v in violations]
+    unjudged = (
+        [
+            f"spec.slo.{name}: {engine.title} exposes no histogram of it, so the live SLO could "
+            f"not be judged; use one it does ({', '.join(sorted(engine.default_buckets))})"
+            for name in spec.slo.targets()
+            if name not in engine.metrics
+        ]
+        if spec.slo is not None
+        else []
+    )
+    return spec, [str(v) for v in violations] + unjudged
 
 
 def _kind_of(raw: dict[str, Any]) -> str:

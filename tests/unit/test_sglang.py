@@ -178,3 +178,13 @@ def test_an_sglang_study_tunes_sglang_knobs() -> None:
     space = default_space(platform)
     assert set(space) == {k.field for k in SGLANG.knobs if H200.name in k.search}
     assert "kv_cache_dtype" not in space
+
+
+def test_an_slo_target_sglang_cannot_observe_is_refused_with_the_ones_it_can() -> None:
+    raw = raw_spec("sglang")
+    raw["slo"] = {"tpot": {"percentile": 95, "maxSeconds": 0.05}}
+    _, problems = parse_spec(raw)
+    assert problems == [
+        "spec.slo.tpot: SGLang exposes no histogram of it, so the live SLO could not be "
+        "judged; use one it does (e2e, itl, ttft)"
+    ]
