@@ -5,8 +5,8 @@ one); `slotune.tuner.landscape.ReplayRuntime` serves recorded trials instead (th
 benchmark). The tuner asks a runtime to start a configuration, measures the running engine over
 HTTP, and stops it; a start that fails comes back as a classified `StartFailure`, never as a
 hang or a bare traceback. In the cluster there is no runtime object: the operator plans each
-trial with the same tuner and runs it as pods step by step across reconciles
-(`slotune.tuning`), recording it the same way.
+trial with the same planner (`tuner.loop.Planner`) and runs it as pods step by step across
+reconciles (`slotune.tuning`), recording it the same way.
 """
 
 from __future__ import annotations
