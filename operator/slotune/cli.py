@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from slotune import crdgen, models, render
 from slotune.engine import ENGINES
 from slotune.settings import SettingsError
-from slotune.spec import parse_spec, validation_problems
+from slotune.spec import kind_of, parse_spec, validation_problems
 
 DEFAULT_CRD_DIR = Path("crds")
 
@@ -37,7 +37,8 @@ def _load_deployments(path: Path) -> tuple[list[models.LLMDeployment], list[str]
         try:
             deployment = models.LLMDeployment.model_validate(doc)
         except ValidationError as error:
-            problems += [f"{where}: {p}" for p in validation_problems(error, prefix="")]
+            kind = kind_of(doc.get("spec") or {})
+            problems += [f"{where}: {p}" for p in validation_problems(error, "", kind)]
             continue
         _, rule_problems = parse_spec(doc.get("spec") or {})
         problems += [f"{where}: {p}" for p in rule_problems]

@@ -150,14 +150,14 @@ def read_live(
     engine = engine_for(spec.engine.kind)
     selector = model_selector(model_name=served_name, namespace=namespace, label=engine.model_label)
     at = now.timestamp()
+    finished = engine.metrics["request_success"][0]
     try:
-        present = f"count({engine.metrics['request_success'][0]}{selector})"
+        present = f"count({finished}{selector})"
         scraped = source.query_value(present, at) is not None
         rate: float | None = None
         targets: dict[str, TargetReading] = {}
         pods: list[str] = list(trial_pods)
         if scraped:
-            finished = engine.metrics["request_success"][0]
             rate = source.query_value(counter_rate_query(finished, window, selector), at)
             if spec.slo is not None:
                 targets = {

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slotune.engine import DEFAULT_KIND, ENGINES, engine_for
+from slotune.engine import DEFAULT_KIND, ENGINES, engine_for, engine_or_default
 from slotune.models import LLMDeploymentSpec
 
 
@@ -26,7 +26,7 @@ def validation_problems(
         message = item["msg"]
         if _is_kv_cache_dtype(item["loc"]) and isinstance(item.get("input"), str):
             value = item["input"]
-            engine = ENGINES.get(kind) or ENGINES[DEFAULT_KIND]
+            engine = engine_or_default(kind)
             hint = engine.kv_cache_dtype_hint(value)
             message = f"{value!r} is not a KV-cache dtype of {engine.title}'s; {hint}"
         problems.append(f"{path}: {message}")
@@ -58,7 +58,7 @@ def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]
     try:
         spec = LLMDeploymentSpec.model_validate(raw)
     except ValidationError as error:
-        return None, validation_problems(error, kind=_kind_of(raw))
+        return None, validation_problems(error, kind=kind_of(raw))
     given = spec.engine
     if given.kind not in ENGINES:
         return None, [
@@ -84,7 +84,8 @@ def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]
     return spec, [str(v) for v in violations] + unjudged
 
 
-def _kind_of(raw: dict[str, Any]) -> str:
+def kind_of(raw: dict[str, Any]) -> str:
+    """The engine a raw spec names, before it is validated (unset: the default)."""
     engine = raw.get("engine")
     kind = engine.get("kind") if isinstance(engine, dict) else None
     return kind if isinstance(kind, str) else DEFAULT_KIND

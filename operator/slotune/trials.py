@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from slotune import models, render
-from slotune.engine import DEFAULT_KIND, ENGINES
+from slotune.engine import DEFAULT_KIND, engine_or_default
 from slotune.tuner.records import Measurement, TrialRecord, TrialState, record_capacity
 
 HISTORY = 20  # trials kept in status; the ConfigMap keeps them all
@@ -78,7 +78,7 @@ def terminated_failure(
     if terminated.get("reason") == "OOMKilled":
         log += "\nOOMKilled"
         exit_code = 137
-    engine = ENGINES.get(kind) or ENGINES[DEFAULT_KIND]
+    engine = engine_or_default(kind)
     failure = engine.classify_failure(log, exit_code=exit_code, timed_out=False, seconds=seconds)
     return PodState("Failed", detail=failure.describe(), failure_kind=str(failure.kind))
 

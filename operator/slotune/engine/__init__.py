@@ -21,3 +21,9 @@ def engine_for(kind: str) -> Engine:
         return ENGINES[kind]
     except KeyError:
         raise KeyError(f"no engine {kind!r}; slotune knows {', '.join(sorted(ENGINES))}") from None
+
+
+def engine_or_default(kind: str) -> Engine:
+    """The adapter for `kind`, or vLLM's where slotune does not know it: for reading what a spec
+    that failed its checks, or a pod of unknown origin, says with the nearest patterns."""
+    return ENGINES.get(kind) or ENGINES[DEFAULT_KIND]
