@@ -120,7 +120,7 @@ landscape)
   SLOTUNE_COMMIT="$(cat "$here/.state/COMMIT" 2>/dev/null || true)" \
     setsid python3 "$root/bench/landscape.py" "$work" "${spec[@]}" --platform h200 \
     --vllm-python python3 --model-dir "$here/llama-8b" --out /tmp/slotune-landscape \
-    --engine "vllm 0.24.0 (CUDA), dummy weights" --minutes "$minutes" --trial-minutes 9 \
+    --engine "vllm 0.24.0 (CUDA), dummy weights" --minutes "$minutes" --trial-minutes 5 \
     --repeats 2 --grid max_num_batched_tokens=512,2048,8192,16384 \
     --grid max_num_seqs=64,256,1024 >>/tmp/slotune-landscape.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-landscape.pid
