@@ -256,6 +256,49 @@ def test_stops_when_the_slo_is_met_and_trials_stop_paying(tmp_path: Path) -> Non
     assert sum(1 for r in outcome.records if r.launched) < 30
 
 
+def test_until_confirmed_re_measures_the_first_feasible_trial_at_once_and_stops_on_it(
+    tmp_path: Path,
+) -> None:
+    runtime = ScriptedRuntime()
+    outcome = make_tuner(tmp_path, spec(maxTrials=12), runtime, until_confirmed=True).run()
+    first = next(r for r in outcome.records if r.feasible)
+    assert first.phase == "screen"
+    again = outcome.records[outcome.records.index(first) + 1]
+    assert (again.phase, again.of_trial, again.params) == ("finalist", first.number, first.params)
+    assert again is outcome.records[-1]
+    assert outcome.winner is not None
+    assert outcome.winner.number == first.number
+    assert outcome.stopped_because == "a configuration was confirmed feasible"
+    assert [r.number for r in outcome.records] == list(range(len(outcome.records)))
+
+
+def test_until_confirmed_screening_goes_on_after_a_re_measurement_that_fails(
+    tmp_path: Path,
+) -> None:
+    """The first re-measurement misses (the boundary noise it is there to catch); the study
+    screens on and stops at the next configuration whose re-measurement holds."""
+    s = spec(maxTrials=12)
+    tuner = make_tuner(tmp_path, s, ScriptedRuntime(), until_confirmed=True)
+    measure = tuner.measure
+    missed: list[int] = []
+
+    def first_re_measure_misses(base_url: str, request: MeasureRequest) -> Measurement:
+        if request.seed == s.tuning.seed + 1 and not missed:
+            missed.append(1)
+            return scripted_capacity(0.1, request)
+        return measure(base_url, request)
+
+    tuner.measure = first_re_measure_misses
+    outcome = tuner.run()
+    finalists = [r for r in outcome.records if r.phase == "finalist"]
+    assert [r.feasible for r in finalists] == [False, True]
+    assert outcome.winner is not None
+    assert outcome.winner.number == finalists[-1].of_trial
+    # A later screen's, not the one whose re-measurement missed.
+    assert outcome.winner.number > finalists[0].of_trial
+    assert [r.number for r in outcome.records] == list(range(len(outcome.records)))
+
+
 def test_the_report_is_written_from_records(tmp_path: Path) -> None:
     from slotune.tuner.report import write_report  # noqa: PLC0415 - matplotlib is slow to load
 

@@ -220,6 +220,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--patience", type=int, default=4)
+    parser.add_argument(
+        "--model-start",
+        type=int,
+        default=TunerOptions.model_start,
+        metavar="N",
+        help="the N trials after vLLM's defaults go where the performance model predicts the "
+        "most capacity (default: %(default)s, off)",
+    )
+    parser.add_argument(
+        "--until-confirmed",
+        action="store_true",
+        help="stop at the first configuration confirmed feasible (each feasible trial is "
+        "re-measured at once) instead of looking on for the most capacity",
+    )
     parser.add_argument("--storage", help="an Optuna storage URL (RDB or journal), optional")
     return parser
 
@@ -255,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         model=str(model),
         served_name=served,
         store=RecordStore(out / "trials.jsonl"),
-        options=TunerOptions(patience=args.patience, startup_timeout=args.startup_timeout),
+        options=TunerOptions(
+            patience=args.patience,
+            startup_timeout=args.startup_timeout,
+            model_start=args.model_start,
+            until_confirmed=args.until_confirmed,
+        ),
         storage=args.storage,
         extra_env=extra_env,
     )

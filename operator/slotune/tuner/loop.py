@@ -70,6 +70,11 @@ class TunerOptions:
     """How many trials after vLLM's defaults go where the performance model
     (`slotune.tuner.perfmodel`), fed the ceilings the defaults' trial measured, predicts the
     most capacity; 0 leaves every later trial to the sampler."""
+    until_confirmed: bool = False
+    """Stops at the first configuration confirmed feasible: each feasible screening trial is
+    re-measured at once (a fresh engine, a new arrival order), and the study ends when a
+    re-measurement holds. It measures how many launched trials reach the SLO (the benchmark of
+    the model-guided start); the default study goes on to look for the most capacity."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +357,7 @@ class Planner:
             return f"SLO met and {self.options.patience} trials brought no improvement"
         if self._launched() >= max(budget - self.options.finalists, 1):
             return "maxTrials reached"
-        if any(r.phase == "finalist" for r in self.records):
+        if not self.options.until_confirmed and any(r.phase == "finalist" for r in self.records):
             return "screening finished"
         return None
 
@@ -364,11 +369,14 @@ class Planner:
         the engine's known rules are recorded as rejected (listed in `rejected`) and never
         returned.
         """
+        if self.options.until_confirmed and (confirming := self._confirm_feasible()):
+            return confirming
         while (stopped := self._screening_stop()) is None:
             self._plan_model_start()
             trial = self.study.ask(self.space)
             planned = NextTrial(
-                number=len([r for r in self.records if r.phase == "screen"]),
+                # Every record counts: re-measurements come between screens `until_confirmed`.
+                number=len(self.records),
                 params=dict(trial.params),
                 label=trial.user_attrs.get("label"),
                 seed=self.spec.tuning.seed,
@@ -383,6 +391,32 @@ class Planner:
             self.rejected.append(rejected)
             self.record(rejected)
         return self._plan_finalists(stopped)
+
+    def _confirm_feasible(self) -> NextTrial | Finished | None:
+        """`until_confirmed`: the re-measurement of the first feasible screening trial not yet
+        re-measured, or the study's end once one held; None while screening goes on."""
+        for candidate in (r for r in self.records if r.phase == "screen" and r.feasible):
+            again = [
+                r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number
+            ]
+            if not again:
+                if self._launched() >= self.spec.tuning.max_trials:
+                    return None
+                return NextTrial(
+                    number=len(self.records),
+                    params=candidate.params,
+                    phase="finalist",
+                    label=candidate.label,
+                    seed=self.spec.tuning.seed + 1,
+                    of_trial=candidate.number,
+                )
+            if again[-1].feasible:
+                return Finished(
+                    winner=candidate,
+                    stopped_because="a configuration was confirmed feasible",
+                    confirmed=_confirmed(candidate, again[-1]),
+                )
+        return None
 
     def _plan_model_start(self) -> None:
         """Once vLLM's defaults are measured (with the engine's ceilings), queues the
