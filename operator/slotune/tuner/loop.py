@@ -402,14 +402,7 @@ class Planner:
             if not again:
                 if self._launched() >= self.spec.tuning.max_trials:
                     return None
-                return NextTrial(
-                    number=len(self.records),
-                    params=candidate.params,
-                    phase="finalist",
-                    label=candidate.label,
-                    seed=self.spec.tuning.seed + 1,
-                    of_trial=candidate.number,
-                )
+                return self._re_measure(candidate)
             if again[-1].feasible:
                 return Finished(
                     winner=candidate,
@@ -462,6 +455,17 @@ class Planner:
             if f"model-{number}" not in done:
                 self.study.enqueue_trial(params, user_attrs={"label": f"model-{number}"})
 
+    def _re_measure(self, candidate: TrialRecord) -> NextTrial:
+        """A screened configuration again, on a fresh engine and a new arrival order."""
+        return NextTrial(
+            number=len(self.records),
+            params=candidate.params,
+            phase="finalist",
+            label=candidate.label,
+            seed=self.spec.tuning.seed + 1,
+            of_trial=candidate.number,
+        )
+
     def _finalists(self) -> list[TrialRecord]:
         """The best feasible configurations; with none feasible, the ones that carry the most
         (so that the study can say, re-measured, how far the best falls short), equal
@@ -489,14 +493,7 @@ class Planner:
             if previous:
                 again = previous[-1]
             elif self._launched() < budget:
-                return NextTrial(
-                    number=len(self.records),
-                    params=candidate.params,
-                    phase="finalist",
-                    label=candidate.label,
-                    seed=self.spec.tuning.seed + 1,
-                    of_trial=candidate.number,
-                )
+                return self._re_measure(candidate)
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
             if again.feasible and candidate.feasible:
