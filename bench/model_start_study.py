@@ -38,11 +38,10 @@ import yaml
 
 from slotune.runtime.local import LocalRuntime
 from slotune.tuner.local import load_deployment
-from slotune.tuner.loop import Progress, StudyResult, Tuner, TunerOptions
+from slotune.tuner.loop import NextTrial, Progress, StudyResult, Tuner, TunerOptions
 from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore
-from slotune.tuner.report import describe_params
-from slotune.tuner.space import CPU
+from slotune.tuner.space import CPU, describe_params
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "operator/slotune/engine/models/tiny-llama"
@@ -105,12 +104,9 @@ def measure_defaults(spec_path: Path, records: Path, vllm_python: Path) -> None:
         return
     study = tuner(spec_path, records, vllm_python, TunerOptions())
     planned = study.plan()
-    if getattr(planned, "label", None) != "vllm-defaults":
+    if not isinstance(planned, NextTrial) or planned.label != "vllm-defaults":
         raise SystemExit(f"expected vLLM's defaults first, the study planned {planned}")
-    began = time.monotonic()
-    launch = study.launch(planned)  # type: ignore[arg-type]
-    record = study.record_of(planned, launch, time.monotonic() - began)  # type: ignore[arg-type]
-    study.record(record)
+    record = study.run_trial(planned)
     show(Progress(record, 1, study.spec.tuning.max_trials, None))
 
 

@@ -375,7 +375,7 @@ class Planner:
             self._plan_model_start()
             trial = self.study.ask(self.space)
             planned = NextTrial(
-                # Every record counts: re-measurements come between screens `until_confirmed`.
+                # Every record counts: with `until_confirmed`, re-measurements come between screens.
                 number=len(self.records),
                 params=dict(trial.params),
                 label=trial.user_attrs.get("label"),
@@ -396,9 +396,7 @@ class Planner:
         """`until_confirmed`: the re-measurement of the first feasible screening trial not yet
         re-measured, or the study's end once one held; None while screening goes on."""
         for candidate in (r for r in self.records if r.phase == "screen" and r.feasible):
-            again = [
-                r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number
-            ]
+            again = self._re_measurements(candidate)
             if not again:
                 if self._launched() >= self.spec.tuning.max_trials:
                     return None
@@ -455,6 +453,9 @@ class Planner:
             if f"model-{number}" not in done:
                 self.study.enqueue_trial(params, user_attrs={"label": f"model-{number}"})
 
+    def _re_measurements(self, candidate: TrialRecord) -> list[TrialRecord]:
+        return [r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number]
+
     def _re_measure(self, candidate: TrialRecord) -> NextTrial:
         """A screened configuration again, on a fresh engine and a new arrival order."""
         return NextTrial(
@@ -487,9 +488,7 @@ class Planner:
         confirmed: list[tuple[Capacity, TrialRecord]] = []
         shortfall: list[tuple[Capacity, TrialRecord]] = []  # re-measured, still infeasible
         for candidate in self._finalists():
-            previous = [
-                r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number
-            ]
+            previous = self._re_measurements(candidate)
             if previous:
                 again = previous[-1]
             elif self._launched() < budget:
@@ -574,7 +573,8 @@ class Tuner(Planner):
             engine.stop()
         return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
 
-    def _run_trial(self, planned: NextTrial) -> TrialRecord:
+    def run_trial(self, planned: NextTrial) -> TrialRecord:
+        """Launches one planned trial and keeps its record."""
         began = self.clock()
         launch = self.launch(planned)
         record = self.record_of(planned, launch, self.clock() - began)
@@ -585,7 +585,7 @@ class Tuner(Planner):
         """Plans and runs trials on the runtime until the study ends."""
         budget = self.spec.tuning.max_trials
         while isinstance(planned := self.plan(), NextTrial):
-            record = self._run_trial(planned)
+            record = self.run_trial(planned)
             if progress is not None:
                 candidate = next((r for r in self.records if r.number == planned.of_trial), None)
                 if planned.phase == "finalist":
