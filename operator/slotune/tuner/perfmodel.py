@@ -32,9 +32,14 @@ At a rate λ of requests with P prompt and O output tokens, in steady state:
   P(W > t) = u exp(-2 (1 - u) t / s), with u = λ s the prefill queue's utilisation.
 
 What it leaves out: the block size and prefix caching (no term for either), preemption (the KV
-cache only caps the decodes it can hold), and the fixed work per request. It is a prior for
-where to start, not a verdict: `bench/sampler_benchmark.py` reports its error on each recorded
-landscape.
+cache only caps the decodes it can hold), the fixed work per request, a decode step that grows
+with the context it reads (the decode ceiling is measured on short prompts), requests queueing
+for a sequence slot when max-num-seqs is below the decodes Little's law asks for (it reports
+those rates as saturated rather than as a TTFT), and the spread of TPOT between requests (it
+takes the mean where the SLO holds a percentile). It is a prior for where to start, not a
+verdict: `bench/sampler_benchmark.py` reports its error on each recorded landscape (on the CPU
+example a median of 11-31%; on the H200, where the last three dominate, 33-37%, every
+configuration over-predicted).
 """
 
 from __future__ import annotations
