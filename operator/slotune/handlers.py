@@ -54,6 +54,10 @@ from slotune.status import clip
 
 # Steps a study may take in one handler call before it waits for the next trigger.
 MAX_STEPS = 8
+QUEUE_WORKERS_PER_THREAD = 4
+"""Kopf's per-object workers allowed per handler thread: more than the threads, so that a
+worker waiting out its idle second does not keep a thread idle; few enough that a burst of
+events on every object is not all held in memory at once."""
 Clock = Callable[[], datetime]
 # The longest message of a handler's error: Kopf keeps it in the object's annotations.
 ERROR_LIMIT = 1024
@@ -195,6 +199,14 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: KopfLogger, **
     # Handlers are synchronous and mostly wait on the API server or Prometheus: enough threads
     # that a slow object never delays another's deletion or a study's next step.
     settings.execution.max_workers = _settings().workers
+    # Kopf starts a worker per object with events waiting, unbounded by default: creating or
+    # editing 500 objects at once started 500, each holding its event's body and its handler's
+    # state while it waited for a thread. The burst left 250-290 MiB behind (Python's arenas
+    # keep what it fragmented); a few workers per thread, each freeing its slot a second after
+    # its object's last event, held 500 objects at about 150 MiB with the same throughput
+    # (bench/results/scale.md).
+    settings.queueing.worker_limit = QUEUE_WORKERS_PER_THREAD * _settings().workers
+    settings.queueing.idle_timeout = 1.0
     _kube(memo)
     port = _settings().metrics_port
     if port is not None:
