@@ -232,6 +232,8 @@ class Bench:
         config.connection_pool_maxsize = 32
         client = kubernetes.client.ApiClient(config)
         self.api = kubernetes.client.CustomObjectsApi(client)
+        self.apps = kubernetes.client.AppsV1Api(client)
+        self.core = kubernetes.client.CoreV1Api(client)
         self.results: dict[str, Any] = {}
 
     def kubeconfig(self, name: str) -> Path:
@@ -283,6 +285,13 @@ class Bench:
                 observed = (obj.get("status") or {}).get("observedGeneration", 0)
                 seen[(ns, meta["name"])] = (meta.get("generation", 1), observed)
         return seen
+
+    def children(self) -> int:
+        """How many of the operator's Deployments and Services are left, in all namespaces."""
+        selector = "app.kubernetes.io/managed-by=slotune"
+        return len(self.apps.list_deployment_for_all_namespaces(label_selector=selector).items) + len(
+            self.core.list_service_for_all_namespaces(label_selector=selector).items
+        )
 
     def wait_converged(self, namespaces: list[str], count: int, timeout: float, what: str) -> float:
         started = time.monotonic()
@@ -449,14 +458,25 @@ class Bench:
         while any(self.generations(namespaces)) and time.monotonic() < deadline:
             time.sleep(1)
         gone = time.time() - start
-        time.sleep(60)  # let the operator settle
+        # The garbage collector deletes the children after their owners: the operator still
+        # watches (and Kopf still remembers) each child until its DELETED event.
+        while self.children() and time.monotonic() < deadline:
+            time.sleep(1)
+        children_gone = time.time() - start
+        # Then the operator settles: its resync trims the heap once a period (30 s here).
+        rss = []
+        for _ in range(4):
+            time.sleep(30)
+            rss.append(round(operator.rss_mib(), 1))
         calls = short_calls(self.audit.between(start, time.time()))
         self.results["delete"] = {
             "all_gone_after_s": round(gone, 1),
+            "children_gone_after_s": round(children_gone, 1),
             "http_429": sum(1 for r in calls if r["code"] == 429),
             "operator_requests": len(calls),
             "by_kind": dict(kinds(calls).most_common(8)),
-            "rss_mib_after_settling": round(operator.rss_mib(), 1),
+            "rss_mib_every_30s_after": rss,
+            "rss_mib_after_settling": rss[-1],
         }
         self.report("delete")
 

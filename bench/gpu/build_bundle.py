@@ -74,7 +74,11 @@ LEFT_OUT = {
 # Versions the walk must not take as it finds them: the newest xgrammar (0.2.6+) needs
 # apache-tvm-ffi >= 0.1.10, but vLLM 0.24 pins apache-tvm-ffi==0.1.9; with 0.2.9 the engine
 # exits at start ("load_lib_module() got an unexpected keyword argument 'extra_lib_paths'").
-OVERRIDES = {"xgrammar": "xgrammar==0.2.5.post1"}
+OVERRIDES = {
+    "xgrammar": "xgrammar==0.2.5.post1",
+    # 1.45.3 came out after the SDK 1.45.2 that vLLM's requirement picks, which pins its API.
+    "opentelemetry-api": "opentelemetry-api==1.45.2",
+}
 STRIPPED = ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs")
 
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (39, 38, 36, 35, 34, 31, 28, 27, 24, 17, 12, 5)] + [

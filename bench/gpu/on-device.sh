@@ -16,8 +16,8 @@
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
 #   bench/gpu/on-device.sh landscape MINUTES
-#                                           starts extending the H200 landscape (bench/
-#                                           landscapes/h200-study.jsonl, carried; bench/
+#                                           starts extending the card's landscape (bench/
+#                                           landscapes/h200-study.jsonl or h100-study.jsonl, carried; bench/
 #                                           landscape.py) for MINUTES, in the background
 #   bench/gpu/on-device.sh follow SECONDS   brings the running landscape's file and log back
 #                                           to $OUT for SECONDS (or until it ends)
@@ -110,7 +110,14 @@ landscape)
   # into one call. The file grows in /tmp, one whole point at a time; `follow` copies it to $OUT.
   minutes="${2:?landscape MINUTES}"
   work=/tmp/slotune-landscape.jsonl
-  carried="$root/bench/landscapes/h200-study.jsonl"
+  # The file is the card's: capacities compare within one kind of GPU only, and a call may get
+  # an H100 where an H200 was asked for (h100-study.jsonl, same spec).
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H100*) name=h100-study ;;
+    *) name=h200-study ;;
+  esac
+  echo "$name" >/tmp/slotune-landscape.name
+  carried="$root/bench/landscapes/$name.jsonl"
   if [[ ! -f "$work" && -f "$carried" ]]; then cp -v "$carried" "$work"; fi
   spec=()
   [[ -s "$work" ]] || spec=(--spec "$here/h200-study.yaml")
@@ -134,7 +141,7 @@ follow)
   seconds="${2:?follow SECONDS}"
   pid="$(cat /tmp/slotune-landscape.pid)"
   bring_back() {
-    cp /tmp/slotune-landscape.jsonl "$OUT/h200-study.jsonl" 2>/dev/null || true
+    cp /tmp/slotune-landscape.jsonl "$OUT/$(cat /tmp/slotune-landscape.name).jsonl" 2>/dev/null || true
     cp /tmp/slotune-landscape.log "$OUT/landscape.log" 2>/dev/null || true
   }
   while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do

@@ -60,7 +60,10 @@ def wilson_interval(
     denominator = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or all good the bound is exactly 0 or 1: the subtraction leaves rounding (1e-17).
+    low = 0.0 if good == 0 else max(0.0, centre - half)
+    high = 1.0 if good == total else min(1.0, centre + half)
+    return low, high
 
 
 def requests_to_resolve(percentile: float, confidence_z: float) -> int:
