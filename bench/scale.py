@@ -7,7 +7,7 @@ operator's ServiceAccount: what the server saw, whoever in the operator (slotune
 Kopf's) sent it. Reconcile durations come from the operator's own histogram, CPU and memory
 from /proc.
 
-Cases (`--cases`, all by default):
+Cases (`--cases`, all but churn by default):
 
 - steady: N objects, converged; for `--window` seconds, the operator's requests per second
   (per object, and by verb and resource), status writes, reconcile p50/p99, CPU, RSS.
@@ -18,7 +18,10 @@ Cases (`--cases`, all by default):
   says so, and the operator's request rate in 15 s bins as its retries back off.
 - storm: one field changed on all N objects at once; the time until all are reconciled, and
   the HTTP 429s the operator got.
-- delete: all N deleted at once; 429s, and the operator's RSS after it settles.
+- delete: all N deleted at once; 429s, and the operator's RSS after it settles (sampled for
+  two minutes once the children are gone too).
+- churn (not in the default set): all N deleted and created again, `--churn-cycles` times;
+  the RSS with N and with none after each cycle.
 - replicas: two replicas on one Lease for `--window` seconds with churn (10 spec changes
   every 10 s): status writes and Events by each replica (told apart by their tokens), then
   the leader killed and the time until the other leads.
@@ -287,11 +290,15 @@ class Bench:
         return seen
 
     def children(self) -> int:
-        """How many of the operator's Deployments and Services are left, in all namespaces."""
+        """How many of the operator's children are left, in all namespaces: Deployments,
+        Services, and the Deployments' Pods (pending: the bench's cluster has no nodes)."""
         selector = "app.kubernetes.io/managed-by=slotune"
-        return len(self.apps.list_deployment_for_all_namespaces(label_selector=selector).items) + len(
-            self.core.list_service_for_all_namespaces(label_selector=selector).items
+        lists = (
+            self.apps.list_deployment_for_all_namespaces,
+            self.core.list_service_for_all_namespaces,
+            self.core.list_pod_for_all_namespaces,
         )
+        return sum(len(list_(label_selector=selector).items) for list_ in lists)
 
     def wait_converged(self, namespaces: list[str], count: int, timeout: float, what: str) -> float:
         started = time.monotonic()
@@ -450,7 +457,10 @@ class Bench:
         }
         self.report("storm")
 
-    def delete(self, operator: Operator, namespaces: list[str]) -> None:
+    def delete_all(self, namespaces: list[str]) -> tuple[float, float]:
+        """Deletes every object at once; seconds until they are gone, and until their children
+        are: the garbage collector deletes the children after their owners, and the operator
+        watches (and Kopf remembers) each child until its DELETED event."""
         start = time.time()
         for ns in namespaces:
             self.api.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
@@ -458,11 +468,13 @@ class Bench:
         while any(self.generations(namespaces)) and time.monotonic() < deadline:
             time.sleep(1)
         gone = time.time() - start
-        # The garbage collector deletes the children after their owners: the operator still
-        # watches (and Kopf still remembers) each child until its DELETED event.
         while self.children() and time.monotonic() < deadline:
             time.sleep(1)
-        children_gone = time.time() - start
+        return gone, time.time() - start
+
+    def delete(self, operator: Operator, namespaces: list[str]) -> None:
+        start = time.time()
+        gone, children_gone = self.delete_all(namespaces)
         # Then the operator settles: its resync trims the heap once a period (30 s here).
         rss = []
         for _ in range(4):
@@ -479,6 +491,34 @@ class Bench:
             "rss_mib_after_settling": rss[-1],
         }
         self.report("delete")
+
+    def churn(self, operator: Operator, namespaces: list[str], cycles: int) -> None:
+        """Deletes all N and creates them again, `cycles` times, ending deleted: the RSS with
+        N objects and with none after each cycle (a resync period and more after the last
+        child is gone: the resync trims the heap). Growth from cycle to cycle is a leak."""
+        rows = []
+        for cycle in range(cycles):
+            if cycle:
+                self.create(
+                    [
+                        llmd(f"o{i % PER_NAMESPACE}", namespaces[i // PER_NAMESPACE])
+                        for i in range(self.args.objects)
+                    ]
+                )
+                self.wait_converged(
+                    namespaces, self.args.objects, 1800, f"creating, cycle {cycle + 1}"
+                )
+            with_objects = operator.rss_mib()
+            self.delete_all(namespaces)
+            time.sleep(45)
+            rows.append(
+                {
+                    "rss_mib_with_objects": round(with_objects, 1),
+                    "rss_mib_none": round(operator.rss_mib(), 1),
+                }
+            )
+        self.results["churn"] = {"objects": self.args.objects, "cycles": rows}
+        self.report("churn")
 
     def replicas(self, namespaces: list[str]) -> None:
         lease = {"SLOTUNE_LEADER_ELECTION": f"{OPERATOR_NAMESPACE}/bench"}
@@ -578,8 +618,9 @@ def main() -> None:
     parser.add_argument(
         "--cases",
         default="steady,hanging,failing,storm,delete,replicas",
-        help="comma-separated, from: steady hanging failing storm delete replicas",
+        help="comma-separated, from: steady hanging failing storm delete churn replicas",
     )
+    parser.add_argument("--churn-cycles", type=int, default=3, help="for the churn case")
     parser.add_argument("--operator-python", default=sys.executable)
     parser.add_argument(
         "--operator-env",
@@ -643,6 +684,7 @@ def run(bench: Bench, cases: list[str]) -> None:
         "failing": lambda: bench.failing(operator),
         "storm": lambda: bench.storm(operator, namespaces),
         "delete": lambda: bench.delete(operator, namespaces),
+        "churn": lambda: bench.churn(operator, namespaces, args.churn_cycles),
     }
     try:
         for case in cases:
@@ -651,7 +693,7 @@ def run(bench: Bench, cases: list[str]) -> None:
     finally:
         operator.stop()
     if "replicas" in cases:
-        if "delete" in cases:
+        if "delete" in cases or "churn" in cases:
             bench.create([llmd(f"o{i}", namespaces[0]) for i in range(20)])
         bench.replicas(namespaces)
 
