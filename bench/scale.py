@@ -279,6 +279,13 @@ class Bench:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(one, objects))
 
+    def fleet(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        """The N objects every case starts from, PER_NAMESPACE to a namespace."""
+        return [
+            llmd(f"o{i % PER_NAMESPACE}", namespaces[i // PER_NAMESPACE])
+            for i in range(self.args.objects)
+        ]
+
     def generations(self, namespaces: list[str]) -> dict[tuple[str, str], tuple[int, int]]:
         """(namespace, name) -> (generation, observedGeneration) of every object."""
         seen = {}
@@ -499,12 +506,7 @@ class Bench:
         rows = []
         for cycle in range(cycles):
             if cycle:
-                self.create(
-                    [
-                        llmd(f"o{i % PER_NAMESPACE}", namespaces[i // PER_NAMESPACE])
-                        for i in range(self.args.objects)
-                    ]
-                )
+                self.create(self.fleet(namespaces))
                 self.wait_converged(
                     namespaces, self.args.objects, 1800, f"creating, cycle {cycle + 1}"
                 )
@@ -667,9 +669,7 @@ def run(bench: Bench, cases: list[str]) -> None:
     time.sleep(5)
     idle = operator.rss_mib()
     created = time.monotonic()
-    bench.create(
-        [llmd(f"o{i % PER_NAMESPACE}", namespaces[i // PER_NAMESPACE]) for i in range(args.objects)]
-    )
+    bench.create(bench.fleet(namespaces))
     bench.wait_converged(namespaces, args.objects, 1800, "creating")
     bench.results["create"] = {
         "objects": args.objects,

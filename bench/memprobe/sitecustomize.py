@@ -1,5 +1,5 @@
 """A diagnostic for bench/scale.py, not part of slotune: put this folder on the operator's
-PYTHONPATH (`--operator-env PYTHONPATH=bench/memprobe`) and the operator's log gets, 4 s after
+PYTHONPATH (`--operator-env PYTHONPATH=$PWD/bench/memprobe`) and the operator's log gets, 4 s after
 start and then every 15 s, one `MEMPROBE` line: its RSS, the Python blocks allocated
 (`sys.getallocatedblocks()`: live objects, whatever the allocators keep), the entries of Kopf's
 per-object memory, and its threads. Blocks back at the idle figure with RSS above it means the
