@@ -3,13 +3,29 @@ PYTHONPATH (`--operator-env PYTHONPATH=$PWD/bench/memprobe`) and the operator's 
 start and then every 15 s, one `MEMPROBE` line: its RSS, the Python blocks allocated
 (`sys.getallocatedblocks()`: live objects, whatever the allocators keep), the entries of Kopf's
 per-object memory, and its threads. Blocks back at the idle figure with RSS above it means the
-allocators keep freed memory; blocks above it means objects are still held."""
+allocators keep freed memory; blocks above it means objects are still held.
+
+Small objects only are blocks: a large one (a dict's table, a response's text, over 512 bytes)
+comes from malloc and is not counted. `MEMPROBE_TRACE=FRAMES` (e.g. 8) also starts
+`tracemalloc`: every Python allocation, large ones too, traced with that many frames. Each probe
+then gives the traced total, and the second probe of each quiet spell (Kopf's memories back to
+at most one entry for two probes) prints `MEMPROBE_TOP`: the call sites holding the most
+memory over the baseline snapshot (the first probe's, if Kopf's memories were empty then:
+imports done; else the idle one's). Traced bytes back at idle with RSS above it means the memory is
+the allocators' (fragmentation), or native (OpenSSL, threads' stacks), not Python objects held.
+Tracing slows the operator and doubles its memory: figures from such a run are not the bench's."""
 
 import gc
+import os
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
+
+_FRAMES = int(os.environ.get("MEMPROBE_TRACE", "0"))
+if _FRAMES:
+    tracemalloc.start(_FRAMES)
 
 
 def _rss_mib() -> float:
@@ -25,17 +41,61 @@ def _kopf_memories() -> int:
     )
 
 
-def _probe() -> None:
-    time.sleep(4)
-    print(f"MEMPROBE idle rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}", file=sys.stderr)
-    while True:
-        time.sleep(15)
+def _kept() -> str:
+    """The sizes of what slotune keeps per object (handlers' maps, the client's cache)."""
+    handlers = sys.modules.get("slotune.handlers")
+    if handlers is None:
+        return ""
+    sizes = {name: len(getattr(handlers, name, ())) for name in ("_seen", "_gone", "_locks")}
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "CachedKube":
+            sizes["live"] = sizes.get("live", 0) + len(obj._live)
+            sizes["applied"] = sizes.get("applied", 0) + len(obj._applied)
+    return " kept=" + ",".join(f"{k}:{v}" for k, v in sizes.items())
+
+
+def _traced() -> str:
+    if not _FRAMES:
+        return ""
+    current, peak = tracemalloc.get_traced_memory()
+    return f" traced={current / 2**20:.1f} traced_peak={peak / 2**20:.1f}"
+
+
+def _print_top(idle: tracemalloc.Snapshot) -> None:
+    filters = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    now = tracemalloc.take_snapshot().filter_traces(filters)
+    for stat in now.compare_to(idle.filter_traces(filters), "traceback")[:12]:
+        frames = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in stat.traceback)
         print(
-            f"MEMPROBE t={time.time():.0f} rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}"
-            f" kopf_memories={_kopf_memories()} threads={threading.active_count()}",
+            f"MEMPROBE_TOP {stat.size_diff / 1024:+.0f} KiB {stat.count_diff:+d} blocks: {frames}",
             file=sys.stderr,
             flush=True,
         )
+
+
+def _probe() -> None:
+    time.sleep(4)
+    idle = tracemalloc.take_snapshot() if _FRAMES else None
+    print(
+        f"MEMPROBE idle rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}{_traced()}",
+        file=sys.stderr,
+    )
+    quiet, first = 0, True
+    while True:
+        time.sleep(15)
+        memories = _kopf_memories()
+        print(
+            f"MEMPROBE t={time.time():.0f} rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}"
+            f" kopf_memories={memories} threads={threading.active_count()}{_traced()}{_kept()}",
+            file=sys.stderr,
+            flush=True,
+        )
+        quiet = quiet + 1 if memories <= 1 else 0
+        if _FRAMES and first and quiet:  # settled, no objects yet: the baseline
+            idle = tracemalloc.take_snapshot()
+        first = False
+        if idle is not None and quiet == 2:
+            _print_top(idle)
 
 
 threading.Thread(target=_probe, daemon=True, name="memprobe").start()

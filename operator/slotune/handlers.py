@@ -26,7 +26,7 @@ import os
 import socket
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -47,6 +47,7 @@ from slotune.kube import (
     slim,
 )
 from slotune.leader import LeaderElector, standby_health
+from slotune.locks import KeyedLocks
 from slotune.monitor import PrometheusMonitor
 from slotune.reconcile import Monitor, Reconciled, reconcile
 from slotune.settings import OperatorSettings
@@ -71,9 +72,9 @@ try:  # glibc's, for `_trim_heap`
 except (OSError, AttributeError):
     _LIBC = None
 
-# Per object: a lock so that two triggers never reconcile it at once, and its retry back-off.
-# Both are dropped when the object is deleted.
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+# Per object: a lock so that two triggers never reconcile it at once (kept while in use), and
+# its retry back-off (dropped when the object is deleted).
+_locks = KeyedLocks()
 _backoff = Backoff()
 
 
@@ -259,7 +260,7 @@ def _run(
     monitor: Monitor | None = _state["monitor"]
     outcome = Reconciled(status=models.LLMDeploymentStatus())
     key = (meta["namespace"], meta["name"])
-    with _locks[key]:
+    with _locks.hold(key):
         remaining = _backoff.remaining(key)
         if routine and remaining > 0:
             raise _NotDue(remaining)
@@ -337,8 +338,8 @@ def _last_seen(
 
 
 def _forget(key: tuple[str, str]) -> None:
-    """Drops what the operator keeps about a deleted object (its metrics, back-off and last
-    versions; its lock goes with its DELETED event)."""
+    """Drops what the operator keeps about a deleted object: its metrics, back-off and last
+    versions. (Its lock is kept only while a pass holds it: `KeyedLocks`.)"""
     opmetrics.forget(*key)
     _backoff.forget(key)
     _seen.pop(key, None)
@@ -468,8 +469,8 @@ def _resync(body: dict[str, Any], memo: Any) -> None:
 
 @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL)
 def on_llm_deployment_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
-    """A deleted LLMDeployment's metrics, back-off and lock go with it, and its uid joins
-    `_gone`."""
+    """A deleted LLMDeployment's metrics, back-off and cached children go with it, and its
+    uid joins `_gone`."""
     if event.get("type") == "DELETED":
         meta = event["object"]["metadata"]
         key = (meta["namespace"], meta["name"])
@@ -481,9 +482,6 @@ def on_llm_deployment_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
         kube: CachedKube | None = getattr(memo, "kube", None)
         if kube is not None:
             kube.forget(*key)
-        lock = _locks.get(key)
-        if lock is not None and not lock.locked():
-            _locks.pop(key, None)
 
 
 def _controller_uid(child: Mapping[str, Any]) -> str | None:
