@@ -34,13 +34,25 @@ LABEL org.opencontainers.image.title="slotune operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 # No pip in the final image: the base's own goes too (where it has one).
 RUN python3 -m pip uninstall -y -q pip 2>/dev/null || true
+# jemalloc serves every allocation, Python's small objects too (PYTHONMALLOC=malloc), and hands
+# freed memory back: with Python's and glibc's allocators, an operator whose 500 objects were
+# deleted kept 1.6-1.75x its idle memory, and more after each burst (bench/results/scale.md,
+# "Churn"). The mmdebstrap base has it; a stock Python base gets it here.
+RUN if ! ls /usr/lib/*-linux-gnu/libjemalloc.so.2 >/dev/null 2>&1; then \
+        apt-get update -q && apt-get install -y -q --no-install-recommends libjemalloc2 \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && ln -s /usr/lib/*-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2
 COPY --from=build /opt/slotune /opt/slotune
 # A read-only root: everything that writes goes to /tmp (an emptyDir in the chart).
 ENV PATH=/opt/slotune/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    LD_PRELOAD=/usr/local/lib/libjemalloc.so.2 \
+    PYTHONMALLOC=malloc \
+    MALLOC_CONF=background_thread:true,narenas:2
 # Numeric, so that `runAsNonRoot` without `runAsUser` (the trial Job) can verify it.
 USER 65532:65532
 WORKDIR /tmp

@@ -446,15 +446,18 @@ class Bench:
             )
 
         keys = list(self.generations(namespaces))
+        cpu = operator.cpu_seconds()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(edit, keys))
         self.wait_converged(namespaces, len(keys), 900, "the update storm")
         converged = time.monotonic() - started  # from the first edit
+        cpu = operator.cpu_seconds() - cpu
         time.sleep(5)
         calls = short_calls(self.audit.between(start, time.time()))
         self.results["storm"] = {
             "objects": len(keys),
             "converged_after_s": round(converged, 1),
+            "operator_cpu_s": round(cpu, 1),
             "http_429": sum(1 for r in calls if r["code"] == 429),
             "operator_requests": len(calls),
             "requests_per_object": round(len(calls) / len(keys), 2),

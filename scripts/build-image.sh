@@ -2,7 +2,8 @@
 # make image: builds the operator image with no Docker daemon and no container registry, and
 # exports it as an OCI archive (what `kind load image-archive` and `ctr images import` take).
 #
-#   1. A Debian base (bookworm: python3, python3-venv, ca-certificates, tzdata, libstdc++6),
+#   1. A Debian base (bookworm: python3, python3-venv, ca-certificates, tzdata, libstdc++6,
+#      libjemalloc2),
 #      bootstrapped once by mmdebstrap from Debian's archive and imported as
 #      localhost/slotune-base:<key>; the tarball is cached in ~/.cache/slotune/image.
 #   2. `buildah build --layers` of the Dockerfile with BASE set to it (layers cached in
@@ -26,7 +27,7 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/slotune/image"
 mkdir -p "$cache" build
 
 suite=bookworm
-packages=python3,python3-venv,ca-certificates,tzdata,libstdc++6
+packages=python3,python3-venv,ca-certificates,tzdata,libstdc++6,libjemalloc2
 key="$(echo "$suite $packages" | sha256sum | cut -c1-12)"
 base="localhost/slotune-base:$suite-$key"
 if ! podman image exists "$base"; then

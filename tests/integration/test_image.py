@@ -71,6 +71,20 @@ def test_the_image_works_with_a_read_only_root_and_holds_no_pip_or_plots(image: 
     assert (code, out) == (0, "None None 1 True\n")
 
 
+def test_the_image_allocates_with_jemalloc(image: str) -> None:
+    """Every allocation from jemalloc, which gives freed memory back (bench/results/scale.md)."""
+    code, out = run(
+        image,
+        "-c",
+        "import os, sys; maps = open('/proc/self/maps').read();"
+        "print('libjemalloc.so.2' in maps, os.environ.get('PYTHONMALLOC'),"
+        " sys.getallocatedblocks())",
+        entrypoint="python3",
+    )
+    # Loaded, and Python's own small-object allocator off (it holds no blocks).
+    assert (code, out) == (0, "True malloc 0\n")
+
+
 @pytest.fixture
 def image_operator(
     cluster: Cluster,
