@@ -35,23 +35,24 @@ def _rss_mib() -> float:
     return float("nan")
 
 
-def _kopf_memories() -> int:
-    return sum(
-        len(obj._items) for obj in gc.get_objects() if type(obj).__name__ == "ResourceMemories"
-    )
-
-
-def _kept() -> str:
-    """The sizes of what slotune keeps per object (handlers' maps, the client's cache)."""
+def _walk() -> tuple[int, str]:
+    """One pass over the heap: the entries of Kopf's per-object memory, and the sizes of what
+    slotune keeps per object (the handlers' maps, the client's cache)."""
+    memories, live, applied, clients = 0, 0, 0, 0
+    for obj in gc.get_objects():
+        kind = type(obj).__name__
+        if kind == "ResourceMemories":
+            memories += len(obj._items)
+        elif kind == "CachedKube":
+            clients += 1
+            live, applied = live + len(obj._live), applied + len(obj._applied)
     handlers = sys.modules.get("slotune.handlers")
     if handlers is None:
-        return ""
+        return memories, ""
     sizes = {name: len(getattr(handlers, name, ())) for name in ("_seen", "_gone", "_locks")}
-    for obj in gc.get_objects():
-        if type(obj).__name__ == "CachedKube":
-            sizes["live"] = sizes.get("live", 0) + len(obj._live)
-            sizes["applied"] = sizes.get("applied", 0) + len(obj._applied)
-    return " kept=" + ",".join(f"{k}:{v}" for k, v in sizes.items())
+    if clients:
+        sizes.update(live=live, applied=applied)
+    return memories, " kept=" + ",".join(f"{k}:{v}" for k, v in sizes.items())
 
 
 def _traced() -> str:
@@ -83,10 +84,10 @@ def _probe() -> None:
     quiet, first = 0, True
     while True:
         time.sleep(15)
-        memories = _kopf_memories()
+        memories, kept = _walk()
         print(
             f"MEMPROBE t={time.time():.0f} rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}"
-            f" kopf_memories={memories} threads={threading.active_count()}{_traced()}{_kept()}",
+            f" kopf_memories={memories} threads={threading.active_count()}{_traced()}{kept}",
             file=sys.stderr,
             flush=True,
         )
