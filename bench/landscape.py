@@ -16,6 +16,7 @@ defaults on the platform (moved into the spec's search space).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import os
 import platform
@@ -34,7 +35,7 @@ from slotune.runtime.local import LocalRuntime
 from slotune.tuner.landscape import Landscape, LandscapePoint, LandscapeRun
 from slotune.tuner.local import load_deployment
 from slotune.tuner.loop import NextTrial, Tuner, TunerOptions
-from slotune.tuner.measure import CapacityMeasure
+from slotune.tuner.measure import CapacityMeasure, measure_ceiling
 from slotune.tuner.records import MemoryStore
 from slotune.tuner.space import PLATFORMS, clamp_into, describe_params
 
@@ -205,6 +206,31 @@ def same_speed(ceiling: Ceiling, reference: Ceiling) -> None:
         )
 
 
+def speed_check(tuner: Tuner, params: dict[str, Any], seed: int) -> Ceiling:
+    """This machine's ceilings on vLLM's defaults, measured as a trial's first step is (after
+    the warm-up) on an engine of their own: one engine start and two saturated runs of about
+    20 s, where a whole trial of the defaults (its capacity bracketed finely) took 490 s on the
+    H100, a third of a session's device time."""
+    measure = tuner.measure
+    assert isinstance(measure, CapacityMeasure)
+    engine = tuner.runtime.start(tuner._config(params), timeout=tuner.options.startup_timeout)
+    try:
+
+        async def ceilings() -> Ceiling:
+            await measure.warm_up(engine.base_url)
+            return await measure_ceiling(
+                engine.base_url,
+                tuner.served_name,
+                tuner.spec.tuning.workload,
+                measure.engine(engine.base_url),
+                seed,
+            )
+
+        return asyncio.run(ceilings())
+    finally:
+        engine.stop()
+
+
 def speed_note(ceiling: Ceiling | None, reference: Ceiling | None) -> str:
     if ceiling is None:
         return ""
@@ -224,9 +250,12 @@ def main() -> int:
     reference = landscape.ceiling()
     points = grid(tuner, args.grid)
     jobs = list(itertools.product(range(args.repeats), points))
-    if reference is not None:  # this machine's speed first: one more repeat of the defaults
-        jobs.insert(0, (landscape.repeats_of(points[0]), points[0]))
-    ceiling: Ceiling | None = None  # this run's, from its first trial
+    ceiling: Ceiling | None = None  # this run's, from its first trial or the speed check
+    if reference is not None:  # this machine's speed first, before anything is recorded
+        print("speed check: vLLM's defaults' ceilings on this machine", flush=True)
+        ceiling = speed_check(tuner, points[0], seed=landscape.repeats_of(points[0]))
+        print(f"   {speed_note(ceiling, reference).lstrip('; ')}", flush=True)
+        same_speed(ceiling, reference)
     run: int | None = None
     durations: list[float] = []
     for repeat, params in jobs:

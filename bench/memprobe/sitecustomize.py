@@ -13,8 +13,17 @@ at most one entry for two probes) prints `MEMPROBE_TOP`: the call sites holding 
 memory over the baseline snapshot (the first probe's, if Kopf's memories were empty then:
 imports done; else the idle one's). Traced bytes back at idle with RSS above it means the memory is
 the allocators' (fragmentation), or native (OpenSSL, threads' stacks), not Python objects held.
-Tracing slows the operator and doubles its memory: figures from such a run are not the bench's."""
+Tracing slows the operator and doubles its memory: figures from such a run are not the bench's.
 
+Under jemalloc (the image's allocator, or `LD_PRELOAD` of it) each line also gets jemalloc's own
+counts: `je_alloc` (bytes the program holds from malloc: Python's objects under
+`PYTHONMALLOC=malloc`, and every native library's), `je_active` (its pages), `je_resident` and
+`je_retained` (mapped, unused, kept for reuse). Allocated bytes that climb with traced ones flat
+are native memory held; allocated flat with resident climbing is the allocator's. With jemalloc's
+profiling on (`MALLOC_CONF=prof:true,...`), `MEMPROBE_JEPROF=PREFIX` dumps a heap profile at
+each settled probe (`PREFIX.N.heap`) for `jeprof --base`: the native call sites of the growth."""
+
+import ctypes
 import gc
 import os
 import sys
@@ -33,6 +42,46 @@ def _rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _jemalloc() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL(None)
+        lib.mallctl.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+        ]
+        return lib
+    except AttributeError:  # another allocator
+        return None
+
+
+_JE = _jemalloc()
+_JEPROF = os.environ.get("MEMPROBE_JEPROF", "")
+
+
+def _je_stats() -> str:
+    if _JE is None:
+        return ""
+    epoch = ctypes.c_uint64(1)
+    _JE.mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.sizeof(epoch))
+    figures = []
+    for name in ("allocated", "active", "resident", "retained"):
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+        _JE.mallctl(f"stats.{name}".encode(), ctypes.byref(value), ctypes.byref(size), None, 0)
+        figures.append(f" je_{name.replace('allocated', 'alloc')}={value.value / 2**20:.1f}")
+    return "".join(figures)
+
+
+def _je_dump(number: int) -> None:
+    if _JE is None or not _JEPROF:
+        return
+    path = ctypes.c_char_p(f"{_JEPROF}.{number}.heap".encode())
+    failed = _JE.mallctl(b"prof.dump", None, None, ctypes.byref(path), ctypes.sizeof(path))
+    print(f"MEMPROBE_JEPROF {path.value.decode()} rc={failed}", file=sys.stderr, flush=True)
 
 
 def _walk() -> tuple[int, str]:
@@ -78,16 +127,18 @@ def _probe() -> None:
     time.sleep(4)
     idle = tracemalloc.take_snapshot() if _FRAMES else None
     print(
-        f"MEMPROBE idle rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}{_traced()}",
+        f"MEMPROBE idle rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}{_traced()}"
+        f"{_je_stats()}",
         file=sys.stderr,
     )
-    quiet, first = 0, True
+    quiet, first, dumps = 0, True, 0
     while True:
         time.sleep(15)
         memories, kept = _walk()
         print(
             f"MEMPROBE t={time.time():.0f} rss={_rss_mib():.1f} blocks={sys.getallocatedblocks()}"
-            f" kopf_memories={memories} threads={threading.active_count()}{_traced()}{kept}",
+            f" kopf_memories={memories} threads={threading.active_count()}{_traced()}{kept}"
+            f"{_je_stats()}",
             file=sys.stderr,
             flush=True,
         )
@@ -97,6 +148,9 @@ def _probe() -> None:
         first = False
         if idle is not None and quiet == 2:
             _print_top(idle)
+        if quiet == 2:
+            _je_dump(dumps)
+            dumps += 1
 
 
 threading.Thread(target=_probe, daemon=True, name="memprobe").start()
