@@ -212,7 +212,8 @@ def speed_check(tuner: Tuner, params: dict[str, Any], seed: int) -> Ceiling:
     20 s, where a whole trial of the defaults (its capacity bracketed finely) took 490 s on the
     H100, a third of a session's device time."""
     measure = tuner.measure
-    assert isinstance(measure, CapacityMeasure)
+    if not isinstance(measure, CapacityMeasure):
+        raise TypeError("the speed check needs the landscape's CapacityMeasure")
     engine = tuner.runtime.start(tuner._config(params), timeout=tuner.options.startup_timeout)
     try:
 

@@ -45,18 +45,17 @@ def _rss_mib() -> float:
 
 
 def _jemalloc() -> ctypes.CDLL | None:
-    try:
-        lib = ctypes.CDLL(None)
-        lib.mallctl.argtypes = [
-            ctypes.c_char_p,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-        ]
-        return lib
-    except AttributeError:  # another allocator
+    lib = ctypes.CDLL(None)
+    if not hasattr(lib, "mallctl"):  # another allocator
         return None
+    lib.mallctl.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+    ]
+    return lib
 
 
 _JE = _jemalloc()
