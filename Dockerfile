@@ -37,7 +37,10 @@ RUN python3 -m pip uninstall -y -q pip 2>/dev/null || true
 # jemalloc serves every allocation, Python's small objects too (PYTHONMALLOC=malloc), and hands
 # freed memory back: with Python's and glibc's allocators, an operator whose 500 objects were
 # deleted kept 1.6-1.75x its idle memory, and more after each burst (bench/results/scale.md,
-# "Churn"). The mmdebstrap base has it; a stock Python base gets it here.
+# "Churn"). Its thread caches hold at most 20 freed objects of a size (not 200): the operator's
+# 35 threads each kept theirs full, 10-16 MiB in all after a burst; bounded, they cost no CPU
+# measurable in a storm (scale.md, "Where the rest was"; `tcache:false` in the chart's extraEnv
+# gives back more, for 1.17x the CPU). The mmdebstrap base has it; a stock Python base gets it here.
 RUN if ! ls /usr/lib/*-linux-gnu/libjemalloc.so.2 >/dev/null 2>&1; then \
         apt-get update -q && apt-get install -y -q --no-install-recommends libjemalloc2 \
         && rm -rf /var/lib/apt/lists/*; \
@@ -52,7 +55,7 @@ ENV PATH=/opt/slotune/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
     PYTHONUNBUFFERED=1 \
     LD_PRELOAD=/usr/local/lib/libjemalloc.so.2 \
     PYTHONMALLOC=malloc \
-    MALLOC_CONF=background_thread:true,narenas:2
+    MALLOC_CONF=background_thread:true,narenas:2,tcache_nslots_small_max:20
 # Numeric, so that `runAsNonRoot` without `runAsUser` (the trial Job) can verify it.
 USER 65532:65532
 WORKDIR /tmp

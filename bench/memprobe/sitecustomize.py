@@ -21,7 +21,8 @@ counts: `je_alloc` (bytes the program holds from malloc: Python's objects under
 `je_retained` (mapped, unused, kept for reuse). Allocated bytes that climb with traced ones flat
 are native memory held; allocated flat with resident climbing is the allocator's. With jemalloc's
 profiling on (`MALLOC_CONF=prof:true,...`), `MEMPROBE_JEPROF=PREFIX` dumps a heap profile at
-each settled probe (`PREFIX.N.heap`) for `jeprof --base`: the native call sites of the growth."""
+the idle probe (`PREFIX.0.heap`) and each settled one (`PREFIX.N.heap`) for `jeprof --base`:
+the native call sites of the growth."""
 
 import ctypes
 import gc
@@ -130,7 +131,8 @@ def _probe() -> None:
         f"{_je_stats()}",
         file=sys.stderr,
     )
-    quiet, first, dumps = 0, True, 0
+    _je_dump(0)  # idle: imports done, no objects yet
+    quiet, first, dumps = 0, True, 1
     while True:
         time.sleep(15)
         memories, kept = _walk()
