@@ -40,7 +40,8 @@ RUN python3 -m pip uninstall -y -q pip 2>/dev/null || true
 # "Churn"). Its thread caches hold at most 20 freed objects of a size (not 200): the operator's
 # 35 threads each kept theirs full, 10-16 MiB in all after a burst; bounded, they cost no CPU
 # measurable in a storm (scale.md, "Where the rest was"; `tcache:false` in the chart's extraEnv
-# gives back more, for 1.17x the CPU). The mmdebstrap base has it; a stock Python base gets it here.
+# gives back more, for 1.17x the CPU). The mmdebstrap base has it; a stock Python base gets it
+# here.
 RUN if ! ls /usr/lib/*-linux-gnu/libjemalloc.so.2 >/dev/null 2>&1; then \
         apt-get update -q && apt-get install -y -q --no-install-recommends libjemalloc2 \
         && rm -rf /var/lib/apt/lists/*; \

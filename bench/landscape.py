@@ -7,8 +7,9 @@
 
 Every trial is measured as a study's baseline is: its capacity bracketed finely at both ends,
 the workload seeded with the repeat's number (a new arrival order each repeat, on a new engine).
-A file that exists is extended: points it already holds are skipped, and the spec must be the
-one it was measured with. Repeats go round the whole grid before the next one starts, so a run
+A file that exists is extended: points it already holds are skipped, the spec must be the one
+it was measured with, and this machine's prefill ceiling with vLLM's defaults must lie within
+20% of the file's first run's (`speed_check`, before anything is recorded). Repeats go round the whole grid before the next one starts, so a run
 cut short by `--minutes` still covers the space. The knobs not in the grid stay at vLLM's
 defaults on the platform (moved into the spec's search space).
 """
@@ -209,8 +210,9 @@ def same_speed(ceiling: Ceiling, reference: Ceiling) -> None:
 def speed_check(tuner: Tuner, params: dict[str, Any], seed: int) -> Ceiling:
     """This machine's ceilings on vLLM's defaults, measured as a trial's first step is (after
     the warm-up) on an engine of their own: one engine start and two saturated runs of about
-    20 s, where a whole trial of the defaults (its capacity bracketed finely) took 490 s on the
-    H100, a third of a session's device time."""
+    20 s. On the H100 that took about 190 s on a fresh machine (the first start compiles) and
+    65 s on a warm one, where a whole trial of the defaults (its capacity bracketed finely)
+    took 489 s, a sixth of a session's device time (bench/landscapes/README.md)."""
     measure = tuner.measure
     if not isinstance(measure, CapacityMeasure):
         raise TypeError("the speed check needs the landscape's CapacityMeasure")
