@@ -9,9 +9,10 @@ Every trial is measured as a study's baseline is: its capacity bracketed finely 
 the workload seeded with the repeat's number (a new arrival order each repeat, on a new engine).
 A file that exists is extended: points it already holds are skipped, the spec must be the one
 it was measured with, and this machine's prefill ceiling with vLLM's defaults must lie within
-20% of the file's first run's (`speed_check`, before anything is recorded). Repeats go round the whole grid before the next one starts, so a run
-cut short by `--minutes` still covers the space. The knobs not in the grid stay at vLLM's
-defaults on the platform (moved into the spec's search space).
+20% of the file's first run's (`speed_check`, before anything is recorded). Repeats go round
+the whole grid before the next one starts, so a run cut short by `--minutes` still covers the
+space. The knobs not in the grid stay at vLLM's defaults on the platform (moved into the spec's
+search space).
 """
 
 from __future__ import annotations
