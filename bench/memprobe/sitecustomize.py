@@ -147,9 +147,9 @@ def _probe() -> None:
         if _FRAMES and first and quiet:  # settled, no objects yet: the baseline
             idle = tracemalloc.take_snapshot()
         first = False
-        if idle is not None and quiet == 2:
-            _print_top(idle)
-        if quiet == 2:
+        if quiet == 2:  # settled
+            if idle is not None:
+                _print_top(idle)
             _je_dump(dumps)
             dumps += 1
 
