@@ -38,7 +38,7 @@ for a sequence slot when max-num-seqs is below the decodes Little's law asks for
 those rates as saturated rather than as a TTFT), and the spread of TPOT between requests (it
 takes the mean where the SLO holds a percentile). It is a prior for where to start, not a
 verdict: `bench/sampler_benchmark.py` reports its error on each recorded landscape (on the CPU
-example a median of 11-31%; on the H200, where the last three dominate, 33-37%, every
+example a median of 11-31%; on the H200, where the last three dominate, 29-30%, every
 configuration over-predicted).
 """
 
