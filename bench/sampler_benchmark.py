@@ -32,7 +32,12 @@ means):
   the best such median of any truly feasible configuration);
 - the study as it runs by default (its stopping rule, its finalists re-measured, the spec's
   maxTrials): how often it confirms a winner, and how often that winner is truly feasible
-  (feasible in most of its recorded repeats).
+  (feasible in most of its recorded repeats);
+- until confirmed, as `bench/model_start_study.py` runs it on the real engine (`tune --local
+  --until-confirmed`, maxTrials 8): launched trials until a configuration is confirmed feasible
+  by its re-measurement (median, p90; none within 8 counts as 9), how often a study needs more
+  than the fewest any study can (vLLM's defaults, where the method starts with them, one pick
+  and its re-measurement), and how often what it confirmed is truly feasible.
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ ROOT = Path(__file__).resolve().parents[1]
 AUTO_TUNE_SEQS = (128, 256)
 AUTO_TUNE_TOKENS = (512, 1024, 2048, 4096)
 CHECKPOINTS = (5, 10, 20)
+CONFIRM_TRIALS = 8
+"""maxTrials of the until-confirmed studies, as in bench/model_start_study.py."""
 
 
 class SequenceSampler(BaseSampler):
@@ -213,7 +220,14 @@ class Bench:
 
 
 def run_study(
-    bench: Bench, method: Method, seed: int, budget: int, counts: Figures, *, screening_only: bool
+    bench: Bench,
+    method: Method,
+    seed: int,
+    budget: int,
+    counts: Figures,
+    *,
+    screening_only: bool,
+    until_confirmed: bool = False,
 ) -> tuple[StudyResult, list[dict[str, Any]]]:
     """One seeded study of `method` on the landscape; its outcome, and for each record the
     configuration the landscape served it from."""
@@ -225,7 +239,9 @@ def run_study(
     spec = spec.model_copy(update={"tuning": tuning})
     rng = random.Random(seed)  # noqa: S311 - reproducible studies, not secrets
     runtime = ReplayRuntime(landscape, space, rng, defaults=platform.defaults)
-    options = TunerOptions(seed_with_defaults=seeded, model_start=method.model_start)
+    options = TunerOptions(
+        seed_with_defaults=seeded, model_start=method.model_start, until_confirmed=until_confirmed
+    )
     if screening_only:
         options = replace(options, finalists=0, patience=trials + 1)
     tuner = Tuner(
@@ -255,6 +271,9 @@ class Figures:
     confirmed: int = 0
     truly_feasible_winner: int = 0
     launched: list[int] = field(default_factory=list)
+    to_confirmed: list[int] = field(default_factory=list)
+    above_floor: int = 0
+    confirmed_truly_feasible: int = 0
     nearest: int = 0
     served: int = 0
 
@@ -285,6 +304,25 @@ def default_study_figures(
     served = given[outcome.records.index(outcome.winner)]
     if truth.feasible(served):
         figures.truly_feasible_winner += 1
+
+
+def until_confirmed_figures(
+    figures: Figures, outcome: StudyResult, given: list[dict[str, Any]], truth: Truth
+) -> None:
+    """Launched trials until a configuration was confirmed feasible (CONFIRM_TRIALS + 1 when
+    none was), whether that took more than the fewest a study can need (a pick and its
+    re-measurement, after vLLM's defaults where the study measured them), and whether what it
+    confirmed is truly feasible."""
+    launched = sum(1 for r in outcome.records if r.launched)
+    floor = 2 + (outcome.baseline is not None)
+    if outcome.winner is None:
+        figures.to_confirmed.append(CONFIRM_TRIALS + 1)
+        figures.above_floor += 1
+        return
+    figures.to_confirmed.append(launched)
+    figures.above_floor += launched > floor
+    if truth.feasible(given[outcome.records.index(outcome.winner)]):
+        figures.confirmed_truly_feasible += 1
 
 
 # -- intervals -------------------------------------------------------------------------------
@@ -337,6 +375,15 @@ def row(name: str, figures: Figures, seeds: int, budget: int) -> dict[str, Any]:
         "winner_truly_feasible": figures.truly_feasible_winner,
         "winner_truly_feasible_ci": wilson_interval(figures.truly_feasible_winner, seeds),
         "default_study_launched_median": statistics.median(figures.launched),
+        "to_confirmed_median": statistics.median(figures.to_confirmed),
+        "to_confirmed_median_ci": median_interval(figures.to_confirmed),
+        "to_confirmed_p90": quantile(figures.to_confirmed, 0.9),
+        "to_confirmed_mean": statistics.fmean(figures.to_confirmed),
+        "to_confirmed_mean_ci": mean_interval(figures.to_confirmed, rng),
+        "above_floor": figures.above_floor,
+        "above_floor_ci": wilson_interval(figures.above_floor, seeds),
+        "confirmed_truly_feasible": figures.confirmed_truly_feasible,
+        "confirmed_truly_feasible_ci": wilson_interval(figures.confirmed_truly_feasible, seeds),
         "nearest_served": figures.nearest,
         "served": figures.served,
     }
@@ -376,6 +423,27 @@ def print_table(rows: list[dict[str, Any]], budget: int) -> None:
         f"(a study that found no feasible configuration in {budget} trials counts as {budget + 1};"
         " best@k: fraction of the landscape's best, 0 when none was feasible by then)"
     )
+    print()
+    print(
+        f"until confirmed (maxTrials {CONFIRM_TRIALS}; none confirmed counts as "
+        f"{CONFIRM_TRIALS + 1}; the fewest: vLLM's defaults where the method starts with them, "
+        "one pick, its re-measurement):"
+    )
+    print(
+        f"{'method':<16} {'launched: median [95%]':>23} {'p90':>4} {'mean [95%]':>18}"
+        f" {'more than the fewest [95%]':>27} {'confirmed truly feasible [95%]':>31}"
+    )
+    for r in rows:
+        median = f"{r['to_confirmed_median']:g} {span(r['to_confirmed_median_ci'], 3)}"
+        above = f"{r['above_floor']}/{r['seeds']} {span(r['above_floor_ci'])}"
+        truly = (
+            f"{r['confirmed_truly_feasible']}/{r['seeds']} {span(r['confirmed_truly_feasible_ci'])}"
+        )
+        mean = f"{r['to_confirmed_mean']:.2f} {span(r['to_confirmed_mean_ci'], 3)}"
+        print(
+            f"{r['method']:<16} {median:>23} {r['to_confirmed_p90']:>4g} {mean:>18} {above:>27}"
+            f" {truly:>31}"
+        )
 
 
 def model_errors(
@@ -508,6 +576,16 @@ def main() -> int:
                 bench, method, seed, spec.tuning.max_trials, figures, screening_only=False
             )
             default_study_figures(figures, outcome, given, truth)
+            outcome, given = run_study(
+                bench,
+                method,
+                seed,
+                CONFIRM_TRIALS,
+                figures,
+                screening_only=False,
+                until_confirmed=True,
+            )
+            until_confirmed_figures(figures, outcome, given, truth)
         rows.append(row(name, figures, args.seeds, args.budget))
         print(f"  {name}: {args.seeds} seeds in {time.monotonic() - began:.0f}s", flush=True)
     print()
