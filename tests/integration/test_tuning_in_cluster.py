@@ -433,7 +433,10 @@ def test_tunes_promotes_and_survives_restarts_at_every_step(
     except AssertionError as error:
         raise AssertionError(f"{error}{explain(cluster, kubelet, operator)}") from None
     print("Operator killed at:", killed)
-    print(f"The users' rate: {workload['requestRate']} requests/s (to carry: 1.1x that)")
+    print(
+        f"The users' rate: {workload['requestRate']} requests/s; "
+        f"the study's target: {done.get('targetRate')} requests/s"
+    )
     # What each trial measured comes first: a verdict that differs from the story below
     # changes the trials that follow (and whether there is a promotion to kill the operator in).
     kept = records(cluster, "chat")
