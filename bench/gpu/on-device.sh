@@ -26,6 +26,15 @@
 #                                           winner (or CONFIGS: defaults,winner,trial numbers)
 #                                           on one machine, with the prefill ceiling; a later
 #                                           call goes on with what is not measured yet
+#   bench/gpu/on-device.sh repeat N [SEED]  starts, in the background, vLLM's defaults (h200
+#                                           platform) on N fresh engine starts, each measured
+#                                           with the capacity search (bench/
+#                                           capacity_repeatability.py, part 1 only; engine i
+#                                           uses workload seed SEED+i, default 100); the JSON
+#                                           (/tmp/slotune-repeat/) is rewritten after each engine
+#   bench/gpu/on-device.sh repeat-follow SECONDS
+#                                           brings the repeat run's log and JSON back to $OUT
+#                                           for SECONDS (or until it ends)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -152,6 +161,59 @@ follow)
   bring_back
   tail -n 30 /tmp/slotune-landscape.log
   ;;
+repeat)
+  # Like `landscape`: its own process session, so that it goes on across calls for as long as
+  # the machine stays held; `repeat-follow` brings it back. One engine at a time on the GPU.
+  engines="${2:?repeat N}"
+  seed="${3:-100}"
+  for running in /tmp/slotune-repeat.pid /tmp/slotune-landscape.pid; do
+    if [[ -f "$running" ]] && kill -0 "$(cat "$running")" 2>/dev/null; then
+      echo "already running: $running (pid $(cat "$running"))" >&2
+      exit 1
+    fi
+  done
+  # The platform stays h200 (its vLLM defaults); the card names the files only.
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H100*) name=h100 ;;
+    *) name=h200 ;;
+  esac
+  echo "$name" >/tmp/slotune-repeat.name
+  mkdir -p /tmp/slotune-repeat
+  echo "== $(date -u +%FT%TZ) repeat: $engines engines, seed $seed, on $name" >>/tmp/slotune-repeat.log
+  # bench/ on the path too: the script imports tuner_comparison and variance_components.
+  PYTHONPATH="$PYTHONPATH:$root/bench" \
+    SLOTUNE_COMMIT="$(cat "$here/.state/COMMIT" 2>/dev/null || true)" \
+    setsid bash -c '"$@"; echo "[repeat ended with status $?]"' repeat \
+    python3 "$root/bench/capacity_repeatability.py" --spec "$here/h200-study.yaml" \
+    --platform h200 --model-dir "$here/llama-8b" --vllm-python python3 --dummy-weights \
+    --engines "$engines" --seed "$seed" --repeats 0 --out /tmp/slotune-repeat-work \
+    --results /tmp/slotune-repeat --json-every >>/tmp/slotune-repeat.log 2>&1 </dev/null &
+  echo "$!" >/tmp/slotune-repeat.pid
+  echo "repeat started (pid $!); bench/gpu/on-device.sh repeat-follow SECONDS brings it back"
+  ;;
+repeat-follow)
+  # Copies the repeat run's log and JSON to $OUT every 5 s, for SECONDS or until it ends.
+  seconds="${2:?repeat-follow SECONDS}"
+  pid="$(cat /tmp/slotune-repeat.pid)"
+  name="$(cat /tmp/slotune-repeat.name 2>/dev/null || echo h200)"
+  bring_back() {
+    cp /tmp/slotune-repeat.log "$OUT/repeat.log" 2>/dev/null || true
+    for f in /tmp/slotune-repeat/*.json; do
+      [[ -e "$f" ]] && cp "$f" "$OUT/$name-$(basename "$f")"
+    done
+    return 0
+  }
+  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
+    bring_back
+    sleep 5
+  done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "the repeat run has ended"
+    tar -czf "$OUT/repeat-engine-logs.tar.gz" -C /tmp/slotune-repeat-work engines 2>/dev/null || true
+  fi
+  bring_back
+  tail -n 30 /tmp/slotune-repeat.log
+  ;;
 side-by-side)
   # The study's records on this machine, or the carried ones on a fresh machine.
   records="$study/trials.jsonl"
@@ -164,7 +226,7 @@ side-by-side)
   tar -czf "$OUT/side-engine-logs.tar.gz" -C /tmp/slotune-side . 2>/dev/null || true
   ;;
 *)
-  sed -n '2,26p' "$0"
+  sed -n '2,37p' "$0"
   exit 2
   ;;
 esac

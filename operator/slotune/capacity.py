@@ -3,25 +3,31 @@
 This is what a trial measures (DistServe's goodput, GuideLLM's `goodput` profile, AIPerf's
 boundary search): a number that ranks configurations that all keep up with the target rate,
 and says how much headroom a configuration has. It is found within one engine start by probes
-at one rate each: bracket, then bisect.
+at one rate each: bracket, then probes where the fitted crossing lies.
 
 Everything here is pure; `slotune.tuner.measure` drives the probes against an engine.
 
-- **The rate grid.** Probes run only at rates `target x STEP**k` for integer k, with the
-  target the workload's rate times (1 + headroom). So every configuration probed at a rate
-  sees the same arrivals (common random numbers: the schedule is seeded by the study seed and
-  k), the first probe decides feasibility at once, and a bracket is a whole number of steps.
-- **The search.** From k = 0 it moves `jump` steps up after a pass and down after anything
-  else until the boundary is bracketed, then bisects to one step. A configuration that fails
-  the target is clearly infeasible: it gets a coarse bracket, enough to rank it, and no more.
-- **The interval.** A capacity is stated as an interval: the bracket the probes found,
-  widened by the measured run-to-run spread of engine starts (`RESTART_SPREAD`). Comparisons
-  between configurations (ties, "above the defaults") use the interval.
+- **The rate grid.** Probes run only at rates `target x (STEP ** (1 / FINE)) ** k` for
+  integer k, with the target the workload's rate times (1 + headroom). So every configuration
+  probed at a rate sees the same arrivals (common random numbers: the schedule is seeded by
+  the study seed and k), and the first probe decides feasibility at once.
+- **The search.** From k = 0 it jumps `jump` grid steps (1.59x) up after a pass and down after
+  anything else until a pass lies below a non-pass. A configuration that fails the target is
+  clearly infeasible: in screening it gets a coarse bracket, enough to rank it, and no more.
+  Otherwise each further probe goes where the fitted crossing lies (`next_index`), until its
+  interval spans at most `GOAL` or `MAX_PROBES` are spent.
+- **The capacity** is the fitted crossing of the probes' attainments against rate
+  (`slotune.crossing`): where the worst target's fitted attainment meets its percentile, with
+  a 95% interval from the fit. `interval` widens it by the platform's measured spread between
+  engine starts, so it states what the configuration carries; feasibility (`AtTarget`), ties
+  and "better than the defaults" (`versus`) are read from it. The bracket of verdicts (the
+  highest rate that passed, the lowest that did not) is kept beside it for people.
 - **A probe's verdict.** Attainment of every target with a Wilson interval over its effective
   samples (`attainment`: consecutive requests are correlated, batch means measure by how much). A
   probe that is unresolved gets more requests, up to a cap, and stays `Unresolved` after
-  that; a probe whose queue or KV usage still climbs at its end is extended the same way and
-  stays `Unstable`. Neither counts as a pass: the capacity is the highest rate that passed.
+  that; a probe whose queue or KV usage still climbs at its end, or whose engine preempted
+  requests, is extended the same way and stays `Unstable`. Neither counts as a pass, and the
+  fit counts an unstable probe as past the capacity.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from slotune import crossing
 from slotune.attainment import (
     CONFIDENCE,
     SLO_METRICS,
@@ -47,14 +54,26 @@ from slotune.attainment import (
 from slotune.models import SloSpec
 
 STEP = 2 ** (1 / 6)
-"""Rate grid ratio: six steps to a doubling, so one step is 12%."""
+"""The search's coarse step: six to a doubling, so one step is 12%. Bracketing moves in these."""
+FINE = 4
+"""Grid points per coarse step: the rate grid is `STEP ** (1 / FINE)`, 2.9% apart, so a probe
+placed at the fitted crossing lands within 1.5% of it, and every configuration probed at a
+rate still sees the same arrivals there."""
+GOAL = 1.15
+"""A search is done once its fitted interval (this start, 95%) spans at most this ratio, high
+over low: about +-7%. Narrower buys little where engine starts differ by 5% or more
+(`Platform.spread`), and each probe costs a window of requests."""
 MAX_PROBES = 8
+FITTED = 2
+"""Probes placed by the fit once the boundary is bracketed. They sit near the crossing, where
+a window is usually extended twice, so each costs more than a bracketing probe: with two, a
+precise search sends about 1.2x the requests the bracket-and-bisect search did, for a median
+error of 3.5% against its 13% (`bench/capacity_simulation.py`; 2.9% with three, 2.2% with
+all eight probes of the budget)."""
 RESTART_SPREAD = 2
-"""Grid steps by which one configuration's capacity moves between engine starts and arrival
-schedules, measured: five fresh engines of vLLM's CPU defaults on five schedules found
-capacities over five grid steps, 2.53-4.01 req/s (`bench/results/capacity-repeatability.md`).
-A capacity's interval is its bracket widened by this much on each side, so that it states
-what another start would find, not only this one; with it, every two of the five overlap."""
+"""Coarse grid steps by which a record made before the fit (a bracket, no estimate) is widened
+each side: five fresh engines of vLLM's CPU defaults on five schedules found bracketed
+capacities over five grid steps, 2.53-4.01 req/s (`bench/results/capacity-repeatability.md`)."""
 
 
 MIN_EFFECTIVE = 7.0
@@ -78,13 +97,15 @@ class SearchSettings:
     """How a capacity search spends its probes."""
 
     target_rate: float
-    step: float = STEP
-    jump: int = 4  # grid steps per move while bracketing (x1.59)
+    step: float = STEP ** (1 / FINE)
+    jump: int = 4 * FINE  # grid steps per move while bracketing (x1.59)
     max_probes: int = MAX_PROBES
     min_rate: float | None = None  # below this the search stops: "capacity below min_rate"
     max_rate: float | None = None  # above this no probe is sent (e.g. the prefill ceiling)
-    precision: int = 1  # grid steps between the last pass and the first non-pass to stop
-    infeasible_precision: int = 4  # the same, once the target rate has not passed
+    precision: int = FINE  # grid steps between the last pass and the first non-pass to stop
+    infeasible_precision: int = 4 * FINE  # the same, once the target rate has not passed
+    goal: float = GOAL  # the fitted interval's high/low at which a fitted search stops
+    fitted: int = FITTED  # probes placed by the fit, at most
 
     def __post_init__(self) -> None:
         if not self.target_rate > 0:
@@ -165,6 +186,61 @@ def next_probe(settings: SearchSettings, outcomes: Mapping[int, ProbeVerdict]) -
     return middle if middle not in outcomes else None
 
 
+def fitting(settings: SearchSettings, outcomes: Mapping[int, ProbeVerdict]) -> bool:
+    """Whether the search is past bracketing: its next probe goes where the fit says."""
+    b = bracket(outcomes)
+    coarse = outcomes.get(0) != ProbeVerdict.PASS and settings.infeasible_precision > (
+        settings.precision
+    )
+    return b.passed is not None and b.blocked is not None and not coarse
+
+
+def next_index(
+    settings: SearchSettings,
+    probes: Sequence[Probe],
+    percentiles: Mapping[str, float],
+) -> int | None:
+    """The grid index to probe next with the fit, or None when the search is over.
+
+    Until the verdicts bracket the boundary (a pass below a non-pass), it moves as
+    `next_probe` does, and a configuration that failed the target (not bracketed finely) gets
+    `next_probe`'s coarse bracket. Then each probe goes where the fitted crossing lies (its
+    median, on the grid, inside the bracket where the bracket leaves room), until the fitted
+    interval spans at most `goal` or the budget is spent."""
+    outcomes = {p.k: p.verdict for p in probes}
+    classic = next_probe(settings, outcomes)
+    if not outcomes or len(outcomes) >= settings.max_probes:
+        return classic
+    b = bracket(outcomes)
+    if not fitting(settings, outcomes) or b.passed is None or b.blocked is None:
+        return classic
+    placed = sum(
+        fitting(settings, {p.k: p.verdict for p in probes[:i]}) for i in range(len(probes))
+    )
+    if placed >= settings.fitted:
+        return None
+    fitted = crossing.fit(
+        {name: (q, observations(probes, name)) for name, q in percentiles.items()}
+    )
+    if fitted is None:
+        return classic
+    low, high = fitted.interval()
+    if high is not None and low > 0 and high / low <= settings.goal:
+        return None
+    wanted = round(math.log(fitted.estimate / settings.target_rate) / math.log(settings.step))
+    if b.blocked - b.passed > 1:
+        wanted = min(max(wanted, b.passed + 1), b.blocked - 1)
+    lowest, highest = settings.lowest, settings.highest
+    for offset in (0, 1, -1, 2, -2):
+        k = wanted + offset
+        if k in outcomes or (lowest is not None and k < lowest):
+            continue
+        if highest is not None and k > highest:
+            continue
+        return k
+    return None
+
+
 def stop_reason(settings: SearchSettings, outcomes: Mapping[int, ProbeVerdict]) -> str:
     """Why a finished search stopped, in words."""
     b = bracket(outcomes)
@@ -189,6 +265,7 @@ class QueueSample:
     at: float  # seconds since the probe's start
     waiting: float
     kv_usage: float | None = None
+    preemptions: float | None = None  # the engine's cumulative count
 
 
 @dataclass(frozen=True)
@@ -197,6 +274,8 @@ class Stationarity:
     reason: str
     waiting_growth: float = 0.0
     kv_growth: float = 0.0
+    preempted: float | None = None  # requests preempted over the window (None: not scraped)
+    kv_peak: float | None = None  # the highest KV-cache usage seen over the window
 
 
 def _slope(points: Sequence[tuple[float, float]]) -> float:
@@ -220,9 +299,10 @@ KV_GROWTH_LIMIT = 0.25
 def stationarity(samples: Sequence[QueueSample], start: float, end: float) -> Stationarity:
     """Whether the engine was in steady state over [start, end]: the waiting queue's fitted
     rise over the window stays below the larger of a few requests and its own mean (a queue
-    that grows without bound rises by about twice its mean), and the KV usage does not climb
-    by more than a quarter of the cache. Without samples the window is taken as stationary,
-    and the reason says so."""
+    that grows without bound rises by about twice its mean), the KV usage does not climb by
+    more than a quarter of the cache, and the engine preempted no request (a preemption means
+    the KV cache ran full: the engine recomputes, and requests behind it wait longer and
+    longer). Without samples the window is taken as stationary, and the reason says so."""
     inside = [s for s in samples if start <= s.at <= end]
     if len(inside) < 3:
         return Stationarity(True, "not checked: fewer than 3 scrapes of the engine's metrics")
@@ -232,6 +312,9 @@ def stationarity(samples: Sequence[QueueSample], start: float, end: float) -> St
     mean_waiting = sum(w for _, w in waiting) / len(waiting)
     kv = [(s.at, s.kv_usage) for s in inside if s.kv_usage is not None]
     kv_rise = _slope(kv) * span if kv else 0.0
+    kv_peak = max((u for _, u in kv), default=None)
+    counts = [s.preemptions for s in inside if s.preemptions is not None]
+    preempted = counts[-1] - counts[0] if counts else None
     if rise > max(WAITING_GROWTH_FLOOR, mean_waiting):
         return Stationarity(
             False,
@@ -239,12 +322,28 @@ def stationarity(samples: Sequence[QueueSample], start: float, end: float) -> St
             f"{mean_waiting:.1f})",
             rise,
             kv_rise,
+            preempted,
+            kv_peak,
         )
     if kv_rise > KV_GROWTH_LIMIT:
         return Stationarity(
-            False, f"KV-cache usage rose by {kv_rise:.0%} over the window", rise, kv_rise
+            False,
+            f"KV-cache usage rose by {kv_rise:.0%} over the window",
+            rise,
+            kv_rise,
+            preempted,
+            kv_peak,
         )
-    return Stationarity(True, "steady", rise, kv_rise)
+    if preempted:
+        return Stationarity(
+            False,
+            f"the engine preempted {preempted:g} requests over the window (KV cache full)",
+            rise,
+            kv_rise,
+            preempted,
+            kv_peak,
+        )
+    return Stationarity(True, "steady", rise, kv_rise, preempted, kv_peak)
 
 
 @dataclass(frozen=True)
@@ -289,6 +388,8 @@ def certain_failure(
         late = sum(_known_late(name, r, target.max_seconds) for r in in_flight)
         best = good + len(in_flight) - late + unsent
         total += len(in_flight) + unsent
+        if total == 0:  # no sample of this metric yet (e.g. one-token answers have no TPOT)
+            continue
         n = MIN_EFFECTIVE
         high = wilson_interval(best * n / total, n, confidence)[1]
         if high < target.percentile / 100:
@@ -355,6 +456,7 @@ class MeasureRequest:
     measure_ceiling: bool = False
     ceiling: Ceiling | None = None
     precise: bool = False  # bracket to full precision even when infeasible (the baseline)
+    spread: float = 0.0  # the platform's between-start spread (`Platform.spread`)
 
 
 def required_rate(rate: float, headroom: float) -> float:
@@ -397,12 +499,24 @@ class Probe(Record):
     seconds: float = 0.0
     extended: int = 0
     targets: dict[str, TargetFigures] = Field(default_factory=dict)
-    ttft_p50: float | None = None
-    ttft_p95: float | None = None
+    ttft_p50: float | None = Field(
+        default=None, description="Of the finished requests only: `failed` did not finish."
+    )
+    ttft_p95: float | None = Field(
+        default=None,
+        description="Of the finished requests only; the attainment (`targets`) counts the "
+        "`failed` ones, unfinished included, as outside every bound.",
+    )
     tpot_p50: float | None = None
     tpot_p95: float | None = None
     output_tps: float = 0.0
     steady: str = ""
+    preempted: float | None = Field(
+        default=None, description="Requests the engine preempted over the judged window."
+    )
+    kv_peak: float | None = Field(
+        default=None, description="The highest KV-cache usage (0-1) seen over the window."
+    )
     stopped_early: str = Field(
         default="",
         description="Why the probe stopped before its window finished: its failure was certain.",
@@ -429,10 +543,24 @@ class Ceiling(Record):
         return self.prefill_tps / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
+class AtTarget(StrEnum):
+    """Whether a capacity carries the target rate, with the interval's confidence."""
+
+    FEASIBLE = "Feasible"  # the interval lies at or above the target
+    INFEASIBLE = "Infeasible"  # it lies below
+    UNRESOLVED = "Unresolved"  # it holds the target: counted neither way
+
+
 class Capacity(Record):
-    """A trial's capacity with its bracket and every probe. `capacity` is the highest rate
-    that passed (0 when none did); `upper` the lowest that did not (None if all passed): the
-    bracket of this engine start. `interval` widens it by the run-to-run spread."""
+    """A trial's capacity with every probe.
+
+    `estimate`, `low` and `high` are the fitted crossing of the probes' attainments
+    (`slotune.crossing`) and its 95% interval for this engine start; `spread` is the platform's
+    between-start spread (sd of ln rate), which `interval` adds, so the interval states what the
+    configuration carries, not only this start. `capacity` and `upper` are the bracket of the
+    probes' verdicts: the highest rate that passed (0 when none did) and the lowest that did not
+    (None if all passed). Records made before the fit have only the bracket; their interval is
+    the bracket widened by `RESTART_SPREAD` grid steps."""
 
     capacity: float
     upper: float | None = None  # omitted from a compact record when every probe passed
@@ -441,30 +569,100 @@ class Capacity(Record):
     stopped: str
     tokens_per_s: float = 0.0
     probes: list[Probe] = Field(default_factory=list)
+    estimate: float | None = Field(default=None, description="The fitted capacity, req/s.")
+    low: float | None = Field(default=None, description="This start's interval, low end.")
+    high: float | None = Field(default=None, description="Its high end; None: open above.")
+    spread: float = Field(default=0.0, description="Between-start sd of ln rate, in `interval`.")
+    at_target: AtTarget | None = None
+    starts: int = Field(default=1, description="Engine starts pooled into this capacity.")
+    agree: bool = Field(
+        default=True, description="Whether the pooled starts agree within their intervals."
+    )
+    apart: float = Field(default=1.0, description="Highest over lowest of the starts' estimates.")
+
+    @property
+    def rate(self) -> float:
+        """The capacity in req/s: the fitted estimate, or the bracket's pass without a fit."""
+        return self.estimate if self.estimate is not None else self.capacity
+
+    @property
+    def fitted(self) -> bool:
+        return self.estimate is not None and self.low is not None
+
+    @property
+    def bracket_interval(self) -> tuple[float, float | None]:
+        """The bracket widened by `RESTART_SPREAD` grid steps each side (before the fit)."""
+        widen = STEP**RESTART_SPREAD
+        return self.capacity / widen, None if self.upper is None else self.upper * widen
 
     @property
     def interval(self) -> tuple[float, float | None]:
-        """[low, high): the capacity another engine start of this configuration would find
-        (the bracket widened by `RESTART_SPREAD` grid steps each side; high None if unbounded)."""
-        widen = STEP**RESTART_SPREAD
-        return self.capacity / widen, None if self.upper is None else self.upper * widen
+        """[low, high): what the configuration carries, this start's interval combined with the
+        between-start spread (high None where open)."""
+        if self.estimate is None or self.low is None:
+            return self.bracket_interval
+        return crossing.widen(self.estimate, self.low, self.high, self.spread)
+
+    def pooled(self) -> crossing.Pooled:
+        """This capacity as the pooled mean of its starts (`crossing.pool`)."""
+        if self.estimate is None or self.low is None:
+            low, high = self.bracket_interval
+            return crossing.pool([(max(self.capacity, 1e-9), low, high)], 0.0)
+        single = crossing.pool([(self.estimate, self.low, self.high)], self.spread)
+        return replace(single, agree=self.agree, starts=self.starts, apart=self.apart)
+
+    @property
+    def verdict(self) -> str:
+        """Whether it carries the target, in words."""
+        if self.at_target == AtTarget.UNRESOLVED:
+            return "unresolved at the target"
+        return "feasible" if self.feasible else "infeasible"
 
     def describe(self) -> str:
         low, high = self.interval
         top = f"{high:.3g}" if high is not None else "?"
         probed = f"{self.upper:.3g}" if self.upper is not None else "?"
-        return (
-            f"{self.capacity:.3g} req/s [{low:.3g}, {top}) "
-            f"(bracket [{self.capacity:.3g}, {probed}))"
-        )
+        return f"{self.rate:.3g} req/s [{low:.3g}, {top}] (bracket [{self.capacity:.3g}, {probed}))"
 
 
-def capacity_of(settings: SearchSettings, probes: Sequence[Probe]) -> Capacity:
-    """The capacity a finished search found."""
+def at_target(interval: tuple[float, float | None], target: float) -> AtTarget:
+    low, high = interval
+    if low >= target:
+        return AtTarget.FEASIBLE
+    if high is not None and high < target:
+        return AtTarget.INFEASIBLE
+    return AtTarget.UNRESOLVED
+
+
+def observations(probes: Sequence[Probe], name: str) -> list[crossing.Observation]:
+    """One target's attainment at each probe, as the fit reads it. A probe whose engine never
+    reached steady state (its queue or KV usage still climbing) is past the capacity whatever
+    its window's requests saw so far, since in steady state its queue would make every request
+    late: it counts as no sample within the bound."""
+    found = []
+    for p in probes:
+        t = p.targets.get(name)
+        if t is None or t.total <= 0:
+            continue
+        effective = t.effective if t.effective is not None else float(t.total)
+        good = 0 if p.verdict == ProbeVerdict.UNSTABLE else t.good
+        found.append(crossing.Observation(p.rate, good, t.total, effective))
+    return found
+
+
+def capacity_of(
+    settings: SearchSettings,
+    probes: Sequence[Probe],
+    percentiles: Mapping[str, float] | None = None,
+    spread: float = 0.0,
+) -> Capacity:
+    """The capacity a finished search found: the bracket of its verdicts and, given each
+    target's percentile, the fitted crossing with its interval; feasible when the interval
+    (with the between-start `spread`) lies at or above the target."""
     outcomes = {p.k: p.verdict for p in probes}
     b = bracket(outcomes)
     passed = next((p for p in probes if p.k == b.passed), None)
-    return Capacity(
+    found = Capacity(
         capacity=round(settings.rate(b.passed), 6) if b.passed is not None else 0.0,
         upper=round(settings.rate(b.blocked), 6) if b.blocked is not None else None,
         target_rate=settings.target_rate,
@@ -472,7 +670,72 @@ def capacity_of(settings: SearchSettings, probes: Sequence[Probe]) -> Capacity:
         stopped=stop_reason(settings, outcomes),
         tokens_per_s=passed.output_tps if passed else 0.0,
         probes=list(probes),
+        spread=spread,
     )
+    fitted = crossing.fit(
+        {name: (q, observations(probes, name)) for name, q in (percentiles or {}).items()}
+    )
+    if fitted is None:
+        return found
+    low, high = fitted.interval()
+    return with_fit(found, fitted.estimate, low, high)
+
+
+def with_fit(found: Capacity, estimate: float, low: float, high: float | None) -> Capacity:
+    """`found` with a fitted estimate and interval, and its verdict at the target from them."""
+    fitted = found.model_copy(
+        update={
+            "estimate": round(estimate, 6),
+            "low": round(low, 6),
+            "high": None if high is None else round(high, 6),
+        }
+    )
+    verdict = at_target(fitted.interval, found.target_rate)
+    return fitted.model_copy(
+        update={"at_target": verdict, "feasible": verdict == AtTarget.FEASIBLE}
+    )
+
+
+def pool_starts(first: Capacity, again: Capacity) -> Capacity:
+    """One configuration's capacity over two engine starts: the pooled mean of their fitted
+    estimates (`crossing.pool`, each start weighed by its interval and the between-start
+    spread), its interval that of the configuration's mean, and its verdict at the target from
+    that. The bracket shown beside it is the lower of the two, its upper end the higher (the
+    range the probes saw). Records without a fit pool as before the fit: the higher pass where
+    the brackets agree, else the lower."""
+    agree = (again.upper is None or first.capacity < again.upper) and (
+        first.upper is None or again.capacity < first.upper
+    )
+    low_pass, high_pass = sorted((first, again), key=lambda c: c.capacity)
+    chosen = high_pass if agree else low_pass
+    upper = None if first.upper is None or again.upper is None else max(first.upper, again.upper)
+    merged = chosen.model_copy(update={"upper": upper, "probes": [], "starts": 2})
+    if not (first.fitted and again.fitted):
+        return merged
+    pooled = crossing.pool(
+        [(c.rate, c.low or 0.0, c.high) for c in (first, again)],
+        max(first.spread, again.spread),
+    )
+    low, high = pooled.interval()
+    verdict = at_target((low, high), first.target_rate)
+    return merged.model_copy(
+        update={
+            "capacity": low_pass.capacity,
+            "estimate": round(pooled.estimate, 6),
+            "low": round(low, 6),
+            "high": None if high is None else round(high, 6),
+            "spread": 0.0,  # the pooled interval is the configuration's: spread included
+            "at_target": verdict,
+            "feasible": verdict == AtTarget.FEASIBLE,
+            "agree": pooled.agree,
+            "apart": round(pooled.apart, 4),
+        }
+    )
+
+
+def versus(a: Capacity, b: Capacity) -> crossing.Comparison:
+    """A's capacity over B's, paired verdict and all (`crossing.compare`)."""
+    return crossing.compare(a.pooled(), b.pooled())
 
 
 def attainment_at_upper(found: Capacity) -> float:

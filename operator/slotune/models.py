@@ -770,6 +770,17 @@ class TrialSummary(StatusModel):
     capacity_upper: float | None = Field(
         default=None, description="The lowest rate probed that did not hold the SLO."
     )
+    capacity_low: float | None = Field(
+        default=None,
+        description="The capacity's 95% interval, low end (between-start spread included).",
+    )
+    capacity_high: float | None = Field(
+        default=None, description="Its high end; absent when open above."
+    )
+    at_target: str | None = Field(
+        default=None,
+        description="Feasible, Infeasible, or Unresolved: the interval holds the target rate.",
+    )
     feasible: bool | None = None
     cause: str | None = None
 
@@ -833,6 +844,11 @@ class TuningStatus(StatusModel):
         default=None, description="Requests/s a feasible configuration carries, headroom included."
     )
     best: TrialSummary | None = None
+    versus_defaults: str | None = Field(
+        default=None,
+        description="The winner's capacity against vLLM's defaults, paired: better by X% "
+        "[low, high], no meaningful difference (with the resolution), or unstable.",
+    )
     trials: list[TrialSummary] = Field(default_factory=list)
     recommendation: dict[str, Any] | None = Field(default=None, json_schema_extra=_PARAMS)
     promoted: TunedConfig | None = Field(

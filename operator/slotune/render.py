@@ -515,6 +515,8 @@ def render_load_job(
         command += ["--ceiling", request.ceiling.model_dump_json()]
     if request.precise:
         command.append("--precise")
+    if request.spread:
+        command += ["--spread", f"{request.spread:.6g}"]
     labels = trial_labels(owner, LOAD_COMPONENT, study, trial)
     return {
         "apiVersion": "batch/v1",

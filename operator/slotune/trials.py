@@ -143,8 +143,11 @@ def shown(record: TrialRecord) -> models.TrialSummary:
         params=record.params,
         state=state,
         score=round(record.score, 4),
-        capacity=round(c.capacity, 4) if (c := record_capacity(record)) else None,
+        capacity=round(c.rate, 4) if (c := record_capacity(record)) else None,
         capacity_upper=round(c.upper, 4) if c and c.upper is not None else None,
+        capacity_low=round(c.interval[0], 4) if c else None,
+        capacity_high=round(high, 4) if c and (high := c.interval[1]) is not None else None,
+        at_target=str(c.at_target) if c and c.at_target else None,
         feasible=record.feasible,
         cause=(record.cause or "")[:300] or None,
     )

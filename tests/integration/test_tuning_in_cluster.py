@@ -12,22 +12,28 @@ API. Prometheus discovers the pods from the file the kubelet writes, as kubernet
 from the API.
 
 The workload is a chat of 512-token prompts and 32 output tokens, with TTFT p95 <= 2 s, at a
-rate set from this machine's speed: 0.4 of the prefill ceiling of vLLM's CPU defaults (128
-sequences, 2048 batched tokens), measured before the tests on a real engine beside the control
-plane. (The README example's 2048-token prompts are too slow a unit on a CPU without native
-bf16: an AMD Zen 3 prefilled 1.1 of them a second in float32, which puts a 73-request probe
-window at two and a half minutes; 512-token prompts went at 10.6 a second.) Each trial measures
-capacity, so a study must carry that rate with 10% headroom: 0.44 of the ceiling. Measured with
-2048-token prompts: a trial's own ceiling is 0.93 of that one (the serving pod and Prometheus
-run beside it), and the defaults pass at 0.59-0.64 of the trial's ceiling (TTFT p95 0.86-0.98
-s) and fail at 0.66-0.72 (the queue grows): 2-3 grid steps above the target, as far as one
-engine start's capacity lands from another's. The deployment starts on a configuration that
-serves one request at a time (`maxNumSeqs: 1`), which carries less than a quarter of the
-ceiling (a request holds the whole engine; it failed at 0.26), so its queue grows without bound
-at 0.4. So the live SLO misses before tuning and holds after it, and a trial's verdict on
-either is away from its boundary on a slow machine as on a fast one. A fixed rate is not: at
-6.5 requests/s (7.15 to carry) the defaults have room on a machine whose ceiling is 15
-requests/s and none on one whose ceiling is 11.
+rate set from this machine's speed: the capacity of vLLM's CPU defaults (128 sequences, 2048
+batched tokens) under this very workload and SLO, measured before the tests on a real engine
+beside the control plane (a study's own measurement, `CapacityMeasure`). The study must carry
+the users' rate with 10% headroom, and the rate is set so that this target is DEFAULTS_MARGIN of
+the defaults' measured capacity. (The README example's 2048-token prompts are too slow a unit on
+a CPU without native bf16: an AMD Zen 3 prefilled 1.1 of them a second in float32, which puts a
+73-request probe window at two and a half minutes; 512-token prompts went at 10.6 a second.)
+
+Earlier the rate was a fixed fraction (0.4) of the defaults' prefill ceiling, calibrated with
+2048-token prompts, where the defaults passed at 0.59-0.64 of the ceiling. With these 512-token
+prompts something other than prefill binds first, and how much earlier depends on the machine:
+on a fast instance the defaults carried 0.39 of the ceiling (24.4 req/s against a 27.4 target),
+so the study's verdict on them sat at the target's edge, a coin toss between "feasible" and
+not, and the test failed when it fell the wrong way. Measuring the defaults' capacity itself
+takes the edge away on any machine: the target sits DEFAULTS_MARGIN below what the defaults
+carry, far beyond the spread between engine starts (`Platform.spread`) and the fit's interval.
+
+The deployment starts on a configuration that serves one request at a time (`maxNumSeqs: 1`),
+which carries a sixth or less of what the defaults carry (3.4-4.3 against 24.4 req/s on the
+fast instance; a request holds the whole engine), so its queue grows without bound at the
+users' rate. So the live SLO misses before tuning and holds after it, and a trial's verdict on
+either is away from its boundary on a slow machine as on a fast one.
 """
 
 from __future__ import annotations
@@ -38,16 +44,18 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from slotune import loadgen
-from slotune.models import EngineArgs, WorkloadSpec
+from slotune.capacity import MeasureRequest
+from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.render import LOAD_CONTAINER
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime, cpu_dtype
-from slotune.tuner.measure import measure_ceiling
+from slotune.tuner.measure import CapacityMeasure, default_search, measure_ceiling
 from slotune.tuner.records import loads
 from support.cluster import RESYNC_SECONDS, Cluster, OperatorPod, OperatorProcess, wait_for
 from support.engine import TINY_MODEL, vllm_python
@@ -64,9 +72,13 @@ TRIAL = 900.0
 trial's probes last a number of requests and of request lifetimes, so on a slower machine
 (a lower rate) it takes longer: `trial_seconds`."""
 RATE_OF_TRIAL = 4.0
-RATE_OF_CEILING = 0.4
-"""The users' rate as a fraction of the defaults' measured prefill ceiling (requests/s)."""
+DEFAULTS_MARGIN = 0.6
+"""The study's target (the users' rate with headroom) as a fraction of the capacity of vLLM's
+defaults measured before the test: 0.51 below it in ln rate, eight times the between-start spread
+of the CPU engine's capacity and ten times a fitted interval's half-width."""
 SLO = {"ttft": {"percentile": 95, "maxSeconds": 2.0}}
+HEADROOM = 0.1
+"""The spec's default headroom, which the study's target adds to the users' rate."""
 LIVE_REQUESTS = 150
 """Requests the SLO window holds at the users' rate: twice the 73 that a p95 met with every
 request within the bound needs (Wilson's lower end of 73/73 is 95%), so a window that is 99%
@@ -142,26 +154,51 @@ def space(*batched: int, seqs: tuple[int, ...] = (128, 1)) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def workload(kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The spec's workload, at RATE_OF_CEILING of the prefill ceiling of vLLM's defaults as
-    this machine runs them now (the measurement a study makes on its first trial), with the
-    control plane and the kubelet running beside it."""
-    runtime = LocalRuntime(vllm_python(), tmp_path_factory.mktemp("ceiling"), dummy_weights=True)
+    """The spec's workload, at a rate whose target is DEFAULTS_MARGIN of the capacity of vLLM's
+    defaults as this machine runs them now, under this workload and SLO (the measurement a
+    study makes on its first trial, ceiling and all), with the control plane and the kubelet
+    running beside it."""
+    runtime = LocalRuntime(
+        vllm_python(), tmp_path_factory.mktemp("calibration"), dummy_weights=True
+    )
     config = EngineConfig(
         model=str(TINY_MODEL),
-        served_name="ceiling",
+        served_name="calibration",
         args=EngineArgs.model_validate({"maxModelLen": 4096, **DEFAULTS}),
         extra_args=("--skip-tokenizer-init",),
         env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
     )
+    spec = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "calibration"},
+            "slo": SLO,
+            "tuning": {"workload": {**SHAPE, "requestRate": 1.0}},
+        }
+    )
     engine = runtime.start(config, timeout=ENGINE_START)
     try:
-        spec = WorkloadSpec.model_validate({**SHAPE, "requestRate": 1.0})
-        ceiling = asyncio.run(measure_ceiling(engine.base_url, "ceiling", spec))
+        # Four probes: the margin below needs the capacity to within a few tens of percent.
+        measure = CapacityMeasure(
+            spec,
+            "calibration",
+            search=lambda target, ceiling: replace(default_search(target, ceiling), max_probes=4),
+            log=lambda line: print("  " + line),
+        )
+        # The search starts from a guess (a fifth of the prefill ceiling, measured first) and
+        # brackets the defaults' capacity from there.
+        ceiling = asyncio.run(measure_ceiling(engine.base_url, "calibration", spec.tuning.workload))
+        request = MeasureRequest(
+            seed=7, target_rate=ceiling.prefill_rate / 5, ceiling=ceiling, precise=True
+        )
+        found = measure(engine.base_url, request).capacity
     finally:
         engine.stop()
-    rate = round(RATE_OF_CEILING * ceiling.prefill_rate, 2)
-    print(f"Prefill ceiling of vLLM's defaults here: {ceiling.prefill_rate:.2f} requests/s; "
-          f"the users' rate: {rate} requests/s")  # fmt: skip
+    assert found is not None, "the calibration measured no capacity"
+    assert found.rate > 0, found
+    rate = round(DEFAULTS_MARGIN * found.rate / (1 + HEADROOM), 2)
+    print(f"vLLM's defaults here: capacity {found.describe()} under this workload and SLO "
+          f"(prefill ceiling {ceiling.prefill_rate:.2f} requests/s); the users' rate: {rate} "
+          f"requests/s, the study's target {rate * (1 + HEADROOM):.2f}")  # fmt: skip
     return {**SHAPE, "requestRate": rate}
 
 

@@ -193,7 +193,7 @@ def test_a_feasible_engine_is_bracketed_to_one_step(true_capacity: float) -> Non
     assert found.feasible
     assert found.upper is not None
     assert found.capacity <= true_capacity < found.upper
-    assert found.upper / found.capacity == pytest.approx(settings.step)
+    assert found.upper / found.capacity == pytest.approx(capacity.STEP)  # one coarse step
     assert len(found.probes) <= settings.max_probes
     assert found.stopped == "bracketed"
 
@@ -207,10 +207,10 @@ def test_an_infeasible_engine_stops_at_a_coarse_bracket() -> None:
 
 
 def test_the_baseline_is_bracketed_finely_even_when_infeasible() -> None:
-    settings = SearchSettings(target_rate=2.0, min_rate=0.25, infeasible_precision=1)
+    settings = SearchSettings(target_rate=2.0, min_rate=0.25, infeasible_precision=capacity.FINE)
     found = search(settings, 1.1)
     assert found.upper is not None
-    assert found.upper / found.capacity == pytest.approx(settings.step)
+    assert found.upper / found.capacity == pytest.approx(capacity.STEP)
 
 
 def test_no_probe_is_sent_above_the_ceiling_or_below_the_floor() -> None:
@@ -299,7 +299,16 @@ def test_equal_capacities_rank_by_how_near_each_came_to_the_next_rate() -> None:
 def test_a_capacity_describes_its_interval_and_its_bracket() -> None:
     found = Capacity(capacity=4.01, upper=4.5, target_rate=7.15, feasible=False, stopped="-")
     assert capacity.RESTART_SPREAD == 2  # two grid steps each side: x/÷ 2 ** (1/3)
-    assert found.describe() == "4.01 req/s [3.18, 5.67) (bracket [4.01, 4.5))"
+    assert found.describe() == "4.01 req/s [3.18, 5.67] (bracket [4.01, 4.5))"
+    # With a fit, the estimate and its interval (this start's, widened by the spread).
+    fitted = capacity.with_fit(found.model_copy(update={"spread": 0.05}), 4.2, 4.0, 4.4)
+    low, high = fitted.interval
+    assert low < 4.0
+    assert high is not None
+    assert high > 4.4
+    assert fitted.describe().startswith("4.2 req/s [")
+    assert fitted.at_target == capacity.AtTarget.INFEASIBLE
+    assert not fitted.feasible
 
 
 def test_one_definition_per_slo_metric_everywhere() -> None:
@@ -376,3 +385,28 @@ def test_a_compact_record_of_a_search_that_never_failed_reads_back() -> None:
     assert '"upper"' not in text
     again = Measurement.model_validate_json(text)
     assert again.capacity == found
+
+
+def test_preemptions_over_the_window_are_not_steady_state() -> None:
+    """A KV cache that ran full preempts requests: the probe says so and is not steady."""
+    calm = [capacity.QueueSample(t, 2.0, 0.5, 10.0) for t in range(10)]
+    steady = capacity.stationarity(calm, 0, 9)
+    assert steady.stationary
+    assert steady.preempted == 0
+    assert steady.kv_peak == 0.5
+    full = [capacity.QueueSample(t, 2.0, 0.99, 10.0 + t) for t in range(10)]
+    found = capacity.stationarity(full, 0, 9)
+    assert not found.stationary
+    assert found.preempted == 9
+    assert "preempted 9 requests" in found.reason
+
+
+def test_an_unsteady_probe_counts_as_past_the_capacity_in_the_fit() -> None:
+    figures = TargetFigures(good=95, total=100, low=0.9, high=0.98, effective=100)
+    probe = Probe(
+        k=0, rate=2.0, sent_rate=2.0, verdict=ProbeVerdict.UNSTABLE, requests=100,
+        targets={"ttft": figures},
+    )  # fmt: skip
+    (seen,) = capacity.observations([probe], "ttft")
+    assert seen.good == 0
+    assert seen.total == 100

@@ -15,6 +15,7 @@ from slotune.loadgen import (
     arrival_times,
     completions_url,
     main,
+    meets_slo,
     parse_slo,
     plan_requests,
     request_body,
@@ -433,3 +434,19 @@ def test_the_api_key_in_vllms_variable_is_sent_as_a_bearer_token(
     monkeypatch.setenv("VLLM_API_KEY", "s3cret")
     assert [r.error for r in run_against(app(), workload)] == ["HTTP 503: overloaded"]
     assert seen == [None, "Bearer s3cret"]
+
+
+def test_goodput_and_attainment_read_the_same_samples() -> None:
+    """One SLO rule: a request is good for a metric exactly when the attainment rule counts
+    every one of its samples within the bound (every gap, for ITL)."""
+    from slotune.attainment import per_request  # noqa: PLC0415
+
+    steady = result(ttft=0.1, e2e=0.5, itls=[0.02, 0.03, 0.02], output_tokens=4)
+    stall = result(ttft=0.1, e2e=0.6, itls=[0.02, 0.09, 0.02], output_tokens=4)
+    one_token = result(ttft=0.1, e2e=0.1, itls=[], output_tokens=1)
+    for one in (steady, stall, one_token):
+        for name, limit in (("itl", 0.05), ("tpot", 0.05), ("ttft", 0.2)):
+            ((good, total),) = per_request(name, [one], limit)
+            assert meets_slo(one, {name: limit}) == (good == total), (one, name)
+    assert not meets_slo(stall, {"itl": 0.05})
+    assert meets_slo(one_token, {"tpot": 0.05, "ttft": 0.2})

@@ -157,3 +157,12 @@ def test_a_probe_within_capacity_runs_to_its_end() -> None:
     assert run.probe.stopped_early == ""
     assert all(r.error is None for r in run.results)
     assert len(run.results) == run.window
+
+
+def test_a_window_with_no_sample_of_a_metric_is_not_a_crash() -> None:
+    """One-token answers have no TPOT sample: the early stop judges only what has samples."""
+    tpot = SloSpec.model_validate({"tpot": {"percentile": 95, "maxSeconds": 0.05}})
+    one_token = [Result(ttft=0.5, e2e=0.6, output_tokens=1)] * 30
+    assert certain_failure(tpot, one_token, [], unsent=0) == ""
+    errored = [Result(ttft=None, e2e=0.1, error="HTTP 500")] * 30
+    assert "stopped early" in certain_failure(tpot, errored, [], unsent=0)

@@ -7,24 +7,38 @@ tests/engine and the benchmark); they answer from the configuration as plain dat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slotune.attainment import wilson_interval
 from slotune.capacity import (
+    AtTarget,
     Capacity,
     MeasureRequest,
     Probe,
     ProbeVerdict,
+    TargetFigures,
     capacity_of,
+    next_index,
     next_probe,
 )
+from slotune.crossing import Difference
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.tuner.loop import Finished, Launch, Planner, Tuner, TunerOptions, _confirmed
+from slotune.tuner.loop import (
+    Finished,
+    Launch,
+    Planner,
+    Tuner,
+    TunerOptions,
+    _confirmed,
+    versus_defaults,
+)
 from slotune.tuner.measure import default_search
 from slotune.tuner.records import Measurement, RecordStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU
@@ -407,3 +421,73 @@ def test_two_measurements_that_agree_give_the_higher_pass_and_two_that_disagree_
     # A measurement that never failed bounds nothing from above.
     assert _confirmed(measured(1, 8.0, None), measured(5, 6.0, 7.0)).capacity == 6.0
     assert _confirmed(measured(1, 6.0, None), measured(5, 6.0, 7.0)).upper is None
+
+
+# --- fitted capacities ---------------------------------------------------------------------------
+
+
+def fitted_capacity(capacity_rate: float, request: MeasureRequest) -> Measurement:
+    """The real search and fit against a scripted engine whose attainment of both targets
+    (p95 TTFT and TPOT) falls smoothly through 95% at its capacity, seen over 200 requests a
+    probe."""
+    settings = default_search(request.target_rate, request.ceiling)
+    if request.precise:
+        settings = replace(settings, infeasible_precision=settings.precision)
+    percentiles = {"ttft": 95.0, "tpot": 95.0}
+    probes: list[Probe] = []
+    while (k := next_index(settings, probes, percentiles)) is not None:
+        rate = settings.rate(k)
+        z = math.log(0.95 / 0.05) - 20 * math.log(rate / capacity_rate)
+        good = round(200 / (1 + math.exp(-z)))
+        figures = TargetFigures(good=good, total=200, low=0.0, high=1.0, effective=200.0)
+        low, _ = wilson_interval(good, 200)
+        verdict = ProbeVerdict.PASS if low >= 0.95 else ProbeVerdict.FAIL
+        probes.append(
+            Probe(k=k, rate=rate, sent_rate=rate, verdict=verdict, requests=200,
+                  targets={"ttft": figures, "tpot": figures})
+        )  # fmt: skip
+    found = capacity_of(settings, probes, percentiles, spread=request.spread)
+    return Measurement(capacity=found, completed=200 * len(probes))
+
+
+def test_fitted_capacities_confirm_a_winner_by_the_paired_verdict(tmp_path: Path) -> None:
+    """With every trial's capacity fitted and its interval widened by the platform's spread,
+    the study confirms a winner whose pooled interval carries the target, and says by how much
+    it beats vLLM's defaults, with the interval of that ratio."""
+    started: dict[str, dict[str, Any]] = {}
+    runtime = ScriptedRuntime()
+
+    class Recording:
+        def start(self, config: EngineConfig, *, timeout: float) -> FakeEngine:
+            engine = runtime.start(config, timeout=timeout)
+            started[engine.base_url] = config.args.explicit()
+            return engine
+
+    def measure(base_url: str, request: MeasureRequest) -> Measurement:
+        assert request.spread == replace(CPU, spread=0.05).spread
+        return fitted_capacity(true_capacity(started[base_url]["max_num_batched_tokens"]), request)
+
+    tuner = Tuner(
+        spec(maxTrials=10),
+        runtime=Recording(),
+        measure=measure,
+        platform=replace(CPU, spread=0.05),
+        model="tiny",
+        served_name="tiny",
+        store=RecordStore(tmp_path / "trials.jsonl"),
+        options=TunerOptions(patience=3),
+    )
+    outcome = tuner.run()
+    measured = [r.measurement.capacity for r in outcome.records if r.measurement]
+    assert all(c is not None and c.fitted and c.spread == 0.05 for c in measured)
+    assert outcome.winner is not None
+    assert outcome.confirmed is not None
+    assert outcome.confirmed.starts == 2
+    assert outcome.confirmed.at_target == AtTarget.FEASIBLE
+    true = true_capacity(outcome.winner.params["max_num_batched_tokens"])
+    assert outcome.confirmed.rate == pytest.approx(true, rel=0.05)
+    found = versus_defaults(outcome.records, outcome.confirmed)
+    assert found is not None
+    assert found.verdict == Difference.BETTER
+    assert found.low > 1
+    assert found.ratio == pytest.approx(true / true_capacity(2048), rel=0.08)

@@ -17,11 +17,17 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from slotune.capacity import above as capacity_above
 from slotune.models import LLMDeployment, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
 from slotune.runtime.local import LocalRuntime
-from slotune.tuner.loop import Progress, StudyResult, Tuner, TunerOptions, engine_config
+from slotune.tuner.loop import (
+    Progress,
+    StudyResult,
+    Tuner,
+    TunerOptions,
+    engine_config,
+    versus_defaults,
+)
 from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
 from slotune.tuner.report import (
@@ -89,7 +95,7 @@ def _line(p: Progress) -> str:
         probes = " ".join(f"{q.rate:.3g}:{q.verdict.lower()}" for q in c.probes)
         body = (
             f"capacity {c.describe()} "
-            f"vs {_rate(c.target_rate)} needed: {'feasible' if r.feasible else 'infeasible'}"
+            f"vs {_rate(c.target_rate)} needed: {c.verdict}"
             f"  (probes {probes})"
         )
     best = (
@@ -98,6 +104,11 @@ def _line(p: Progress) -> str:
         else "best: none feasible yet"
     )
     return f"{head}\n        {body}  |  {best}"
+
+
+def _verdict(record: TrialRecord) -> str:
+    m = record.measurement
+    return m.capacity.verdict if m is not None and m.capacity is not None else "not measured"
 
 
 def _capacity_text(record: TrialRecord) -> str:
@@ -141,7 +152,7 @@ def _summary(outcome: StudyResult, deployment: LLMDeployment) -> str:
         lines.append(
             f"vLLM defaults (#{baseline.number}): capacity {_capacity_text(baseline)}"
             f"{of_ceiling(baseline.measurement.capacity_rate if baseline.measurement else 0)}; "
-            f"{'feasible' if baseline.feasible else 'infeasible'}"
+            f"{_verdict(baseline)}"
         )
     winner, confirmed = outcome.winner, outcome.confirmed
     if winner is None or confirmed is None:
@@ -152,22 +163,13 @@ def _summary(outcome: StudyResult, deployment: LLMDeployment) -> str:
         f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.capacity)}."
     )
     if baseline is not None and baseline.measurement and baseline.measurement.capacity:
-        base = baseline.measurement.capacity
         if winner.label == "vllm-defaults":
             lines.append("vLLM's defaults are the winner: no configuration beat them.")
-        elif base.capacity > 0:
-            gap = capacity_above(confirmed, base)
+        elif (found := versus_defaults(outcome.records, confirmed)) is not None:
             lines.append(
-                f"Winner / defaults: {confirmed.capacity / base.capacity:.2f}x capacity; "
-                + (
-                    f"the winner's interval lies wholly above the defaults' ({gap:.2f}x, "
-                    "low end over high end)."
-                    if gap is not None
-                    else "the two intervals overlap."
-                )
+                f"Winner / defaults: {found.describe()} "
+                "(paired: both measured on the same arrival schedules)."
             )
-        else:
-            lines.append("vLLM's defaults passed at no rate probed; the winner did.")
     return "\n".join(lines)
 
 
@@ -235,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
         "re-measured at once) instead of looking on for the most capacity",
     )
     parser.add_argument("--storage", help="an Optuna storage URL (RDB or journal), optional")
+    parser.add_argument(
+        "--fail-without-winner",
+        action="store_true",
+        help="exit with status 1 when the study ends without a configuration that carries the "
+        "target (by default a completed study exits 0 whatever it found: finding nothing "
+        "feasible is an outcome, not an error)",
+    )
     return parser
 
 
@@ -308,5 +317,5 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(summary)
     shown = f"plots: {', '.join(PLOTS)}" if plots_available() else NO_PLOTS
-    print(f"Report: {report} ({shown})")
-    return 0 if outcome.winner is not None else 1
+    print(f"Report: {report} ({shown})", flush=True)
+    return 1 if args.fail_without_winner and outcome.winner is None else 0

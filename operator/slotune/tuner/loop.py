@@ -23,13 +23,16 @@ import optuna
 from pydantic import ValidationError
 
 from slotune.capacity import (
+    AtTarget,
     Capacity,
     Ceiling,
     MeasureRequest,
     attainment_at_upper,
-    overlaps,
+    pool_starts,
     required_rate,
+    versus,
 )
+from slotune.crossing import Comparison, Difference
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
 from slotune.tuner import perfmodel, sampling
@@ -281,6 +284,7 @@ class Planner:
             # The baseline, and every re-measurement, is bracketed finely: a finalist's
             # capacity is what the study reports.
             precise=planned.label == "vllm-defaults" or planned.phase == "finalist",
+            spread=self.platform.spread,
         )
 
     def record_of(self, planned: NextTrial, launch: Launch, seconds: float) -> TrialRecord:
@@ -401,7 +405,7 @@ class Planner:
                 if self._launched() >= self.spec.tuning.max_trials:
                     return None
                 return self._re_measure(candidate)
-            if again[-1].feasible:
+            if _confirmed(candidate, again[-1]).feasible:
                 return Finished(
                     winner=candidate,
                     stopped_because="a configuration was confirmed feasible",
@@ -468,22 +472,25 @@ class Planner:
         )
 
     def _finalists(self) -> list[TrialRecord]:
-        """The best feasible configurations; with none feasible, the ones that carry the most
-        (so that the study can say, re-measured, how far the best falls short), equal
-        capacities ranked by how near each came to passing the next rate."""
+        """The best feasible configurations, then those unresolved at the target (a second
+        start may resolve them); with neither, the ones that carry the most (so that the study
+        can say, re-measured, how far the best falls short), equal capacities ranked by how
+        near each came to passing the next rate."""
         screened = [r for r in self.records if r.phase == "screen"]
         feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
-        if feasible:
-            return feasible[: self.options.finalists]
+        unresolved = sorted((r for r in screened if _unresolved(r)), key=lambda r: -r.score)
+        if feasible or unresolved:
+            return (feasible + unresolved)[: self.options.finalists]
         carried = [r for r in screened if r.measurement is not None and r.measurement.capacity]
         return sorted(carried, key=lambda r: (-_rate(r), -_near_miss(r)))[: self.options.finalists]
 
     def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
         """Re-measures the best feasible configurations on a fresh schedule (a new workload
-        seed) and a fresh engine. A finalist is confirmed when it is feasible both times; its
-        confirmed capacity is what both measurements allow (`_confirmed`), its interval spans
-        both. The winner is the best confirmed capacity; among the confirmed whose intervals
-        overlap the best's, the one with the fewest overrides of vLLM's defaults."""
+        seed) and a fresh engine. A finalist is confirmed when its capacity over both starts
+        (`_confirmed`: their pooled mean and its interval) carries the target. The winner is
+        the best confirmed capacity; among the confirmed that the paired verdict cannot tell
+        from the best (`capacity.versus`: no meaningful difference), the one with the fewest
+        overrides of vLLM's defaults."""
         budget = self.spec.tuning.max_trials
         confirmed: list[tuple[Capacity, TrialRecord]] = []
         shortfall: list[tuple[Capacity, TrialRecord]] = []  # re-measured, still infeasible
@@ -495,20 +502,21 @@ class Planner:
                 return self._re_measure(candidate)
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
-            if again.feasible and candidate.feasible:
-                confirmed.append((_confirmed(candidate, again), candidate))
-            elif again.measurement is not None and again.measurement.capacity is not None:
-                shortfall.append((_confirmed(candidate, again), candidate))
+            both = _confirmed(candidate, again) if again.measurement is not None else None
+            if both is not None and both.feasible:
+                confirmed.append((both, candidate))
+            elif both is not None:
+                shortfall.append((both, candidate))
         if not confirmed:
             if not shortfall:
                 return Finished(winner=None, stopped_because=stopped)
-            carried, most = max(shortfall, key=lambda pair: pair[0].capacity)
+            carried, most = max(shortfall, key=lambda pair: pair[0].rate)
             return Finished(winner=None, stopped_because=stopped, confirmed=carried, best=most)
-        best, _ = max(confirmed, key=lambda pair: pair[0].capacity)
-        tied = [pair for pair in confirmed if overlaps(pair[0], best)]
+        best, _ = max(confirmed, key=lambda pair: pair[0].rate)
+        tied = [pair for pair in confirmed if versus(best, pair[0]).verdict != Difference.BETTER]
         defaults = self.platform.defaults
         chosen, winner = min(
-            tied, key=lambda pair: (overrides(pair[1].params, defaults), -pair[0].capacity)
+            tied, key=lambda pair: (overrides(pair[1].params, defaults), -pair[0].rate)
         )
         return Finished(winner=winner, stopped_because=stopped, confirmed=chosen)
 
@@ -609,25 +617,39 @@ class Tuner(Planner):
 
 
 def _confirmed(first: TrialRecord, again: TrialRecord) -> Capacity:
-    """A configuration's capacity over two measurements. Each bracket says the capacity lies
-    between its last pass and its first non-pass. Where the two agree (each one's pass lies
-    below the other's first non-pass), the capacity is the higher pass: the other's lower pass
-    is only a bound (a coarse bracket of a screening run, say), and nothing measured
-    contradicts the higher. Where they disagree (one passed a rate the other did not: the
-    run-to-run spread), it is the lower. The upper end is the higher of the two, so the
-    interval covers what both saw."""
+    """A configuration's capacity over two measurements (`capacity.pool_starts`)."""
     a = first.measurement.capacity if first.measurement else None
     b = again.measurement.capacity if again.measurement else None
-    if a is None or b is None:
+    if again is first or a is None or b is None:  # one start: nothing to pool
         found = a or b
         if found is None:
             raise ValueError("a feasible record has a measured capacity")
         return found
-    agree = (b.upper is None or a.capacity < b.upper) and (a.upper is None or b.capacity < a.upper)
-    low, high = sorted((a, b), key=lambda c: c.capacity)
-    chosen = high if agree else low
-    upper = None if a.upper is None or b.upper is None else max(a.upper, b.upper)
-    return chosen.model_copy(update={"upper": upper, "probes": []})
+    return pool_starts(a, b)
+
+
+def baseline_capacity(records: Sequence[TrialRecord]) -> Capacity | None:
+    """vLLM's defaults' capacity: pooled with their re-measurement where the study made one."""
+    baseline = next(
+        (r for r in records if r.label == "vllm-defaults" and r.phase == "screen"), None
+    )
+    if baseline is None or baseline.measurement is None or baseline.measurement.capacity is None:
+        return None
+    again = [r for r in records if r.phase == "finalist" and r.of_trial == baseline.number]
+    return _confirmed(baseline, again[-1]) if again else baseline.measurement.capacity
+
+
+def versus_defaults(records: Sequence[TrialRecord], confirmed: Capacity) -> Comparison | None:
+    """A confirmed capacity against vLLM's defaults: the paired verdict people read."""
+    base = baseline_capacity(records)
+    if base is None or base.rate <= 0 or confirmed.rate <= 0:
+        return None
+    return versus(confirmed, base)
+
+
+def _unresolved(record: TrialRecord) -> bool:
+    found = record.measurement.capacity if record.measurement else None
+    return found is not None and found.at_target == AtTarget.UNRESOLVED
 
 
 def _rate(record: TrialRecord) -> float:

@@ -119,7 +119,12 @@ class _Engine:
         waiting = self._value(scrape, "requests_waiting")
         if waiting is None:
             return None
-        return QueueSample(at, waiting, self._value(scrape, "kv_cache_usage"))
+        return QueueSample(
+            at,
+            waiting,
+            self._value(scrape, "kv_cache_usage"),
+            self._value(scrape, "preemptions"),
+        )
 
     def _progress(self) -> tuple[float, float] | None:
         """(requests in the engine, tokens it has processed so far)."""
@@ -202,8 +207,9 @@ class CapacityMeasure:
         settings = self.search(request.target_rate, ceiling)
         if request.precise:
             settings = replace(settings, infeasible_precision=settings.precision)
+        percentiles = {name: t.percentile for name, t in self.slo.targets().items()}
         probes: list[Probe] = []
-        while (k := capacity.next_probe(settings, {p.k: p.verdict for p in probes})) is not None:
+        while (k := capacity.next_index(settings, probes, percentiles)) is not None:
             run = await self.probe(
                 base_url,
                 engine,
@@ -219,7 +225,7 @@ class CapacityMeasure:
                 f"({probe.requests} requests, {probe.seconds:.0f}s"
                 f"{', stopped once certain' if probe.stopped_early else ''})"
             )
-        result = capacity.capacity_of(settings, probes)
+        result = capacity.capacity_of(settings, probes, percentiles, spread=request.spread)
         return measurement_of(self.slo, result, ceiling, engine.reset_available)
 
     def engine(self, base_url: str) -> _Engine:
@@ -495,6 +501,8 @@ def probe_record(
         tpot_p95=_finite(percentile(tpots, 95)) if tpots else None,
         output_tps=round(sum(r.output_tokens for r in ok) / busy, 2) if busy > 0 else 0.0,
         steady=steady.reason,
+        preempted=steady.preempted,
+        kv_peak=None if steady.kv_peak is None else round(steady.kv_peak, 4),
         stopped_early=stopped_early,
     )
 
@@ -625,6 +633,12 @@ def trial_load_main(argv: list[str]) -> int:
     parser.add_argument(
         "--precise", action="store_true", help="bracket finely even when infeasible (baseline)"
     )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="the platform's between-start spread (sd of ln rate), added to the interval",
+    )
     parser.add_argument("--result-file", type=Path, default=None)
     args = parser.parse_args(argv)
     workload = WorkloadSpec.model_validate_json(args.workload)
@@ -645,6 +659,7 @@ def trial_load_main(argv: list[str]) -> int:
         measure_ceiling=args.measure_ceiling,
         ceiling=Ceiling.model_validate_json(args.ceiling) if args.ceiling else None,
         precise=args.precise,
+        spread=args.spread,
     )
     measurement = measure(args.url, request)
     text = compact(measurement)

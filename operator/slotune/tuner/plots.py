@@ -23,9 +23,9 @@ from slotune.tuner.space import PARAM_SHORT, Space
 
 
 def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
-    """Capacity per launched trial: a dot at the capacity, a thick bar over its bracket (the
-    first rate that failed above it) and a thin one over its interval (the bracket widened by
-    the run-to-run spread of engine starts)."""
+    """Capacity per launched trial: a dot at the capacity, a thick bar over this engine
+    start's interval (the fit's; the bracket of verdicts for records made before the fit) and a
+    thin one over the configuration's (widened by the spread between engine starts)."""
     launched = [r for r in records if r.state != TrialState.REJECTED]
     fig, ax = plt.subplots(figsize=(7, 4))
     target = next((c.target_rate for r in launched if (c := record_capacity(r))), None)
@@ -35,15 +35,19 @@ def plot_capacity(records: Sequence[TrialRecord], path: Path) -> None:
         if c is None:
             ax.scatter([r.number], [0], marker="x", color=color)
             continue
-        top = c.upper if c.upper is not None else c.capacity
+        if c.fitted:
+            start_low, start_high = c.low or 0.0, c.high if c.high is not None else c.rate
+        else:
+            start_low, start_high = c.capacity, c.upper if c.upper is not None else c.capacity
         low, high = c.interval
-        ax.plot([r.number, r.number], [low, high if high is not None else top], color=color,
-                linewidth=1, alpha=0.6)  # fmt: skip
-        ax.plot([r.number, r.number], [c.capacity, top], color=color, linewidth=4, alpha=0.5)
+        ax.plot([r.number, r.number], [low, high if high is not None else start_high],
+                color=color, linewidth=1, alpha=0.6)  # fmt: skip
+        ax.plot([r.number, r.number], [start_low, start_high], color=color, linewidth=4,
+                alpha=0.5)  # fmt: skip
         marker = "s" if r.phase == "finalist" else "o"
-        ax.scatter([r.number], [c.capacity], color=color, marker=marker, zorder=3)
+        ax.scatter([r.number], [c.rate], color=color, marker=marker, zorder=3)
         if r.label == "vllm-defaults" and r.phase == "screen":
-            ax.annotate("vLLM defaults", (r.number, c.capacity), fontsize=7, xytext=(4, -10),
+            ax.annotate("vLLM defaults", (r.number, c.rate), fontsize=7, xytext=(4, -10),
                         textcoords="offset points")  # fmt: skip
     if target is not None:
         ax.axhline(target, color="black", linestyle="--", label=f"target {target:.3g} req/s")
@@ -100,7 +104,7 @@ def plot_latency(
                 if name in p.targets and p.targets[name].value is not None
             )
             ax.plot([x for x, _, _ in points], [y for _, y, _ in points], "-o", color=color,
-                    label=f"{label}: {c.capacity:.3g} req/s in this measurement")  # fmt: skip
+                    label=f"{label}: {c.rate:.3g} req/s in this measurement")  # fmt: skip
         ax.axhline(target.max_seconds, color="black", linestyle="--",
                    label=f"SLO p{target.percentile:g} <= {target.max_seconds:g}s")  # fmt: skip
         if ceiling is not None and ceiling.prefill_rate:

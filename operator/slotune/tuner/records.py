@@ -50,7 +50,7 @@ class Measurement(BaseModel):
     @property
     def capacity_rate(self) -> float:
         """Requests/s carried within every SLO target (0 when not even the lowest rate was)."""
-        return self.capacity.capacity if self.capacity is not None else 0.0
+        return self.capacity.rate if self.capacity is not None else 0.0
 
 
 class TrialRecord(BaseModel):

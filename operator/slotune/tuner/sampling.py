@@ -25,8 +25,9 @@ def capacity_constraints(measurement: Measurement) -> list[float]:
     if measurement.capacity is None:
         return infeasible_constraints()
     found = measurement.capacity
-    shortfall = (found.target_rate - found.capacity) / found.target_rate
-    # The search's own verdict at the target rate decides the sign (rates are rounded).
+    shortfall = (found.target_rate - found.rate) / found.target_rate
+    # The measurement's own verdict at the target decides the sign: an estimate a little
+    # above the target whose interval still holds it is not feasible.
     return [min(shortfall, 0.0) if found.feasible else max(shortfall, 1e-6)]
 
 

@@ -36,6 +36,10 @@ class Platform:
     name: str
     backend: str
     engine: Engine = VLLM
+    spread: float = 0.0
+    """How much one configuration's capacity moves between engine starts beyond one start's
+    interval (sd of ln rate), measured on this platform: every capacity's interval includes it
+    (`capacity.Capacity.interval`)."""
 
     @property
     def defaults(self) -> dict[str, Any]:

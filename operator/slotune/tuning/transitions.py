@@ -39,7 +39,7 @@ from slotune.models import (
     TuningStatus,
 )
 from slotune.status import ConditionRow, Event
-from slotune.tuner.loop import Finished, Launch, NextTrial, Planner
+from slotune.tuner.loop import Finished, Launch, NextTrial, Planner, versus_defaults
 from slotune.tuner.records import TrialRecord, TrialState, dumps
 from slotune.tuner.space import describe_params, platform_for
 
@@ -593,6 +593,12 @@ class StudyStep:
         tuning.finished_at = self.now
         winner = finished.winner
         done = f"{tuning.trials_completed} trials ({finished.stopped_because})"
+        found = (
+            versus_defaults(records, finished.confirmed)
+            if winner is not None and finished.confirmed is not None
+            else None
+        )
+        tuning.versus_defaults = found.describe() if found is not None else None
         if winner is None:
             tuning.state = TuningState.COMPLETED
             tuning.message = f"no configuration met the SLO in {done}; serving is unchanged"
@@ -795,7 +801,7 @@ def _trial_event(record: TrialRecord) -> Event:
         capacity = "no capacity measured"
     else:
         capacity = f"capacity {c.describe()} against {c.target_rate:.3g} needed"
-    verdict = "is feasible" if record.feasible else "is infeasible"
+    verdict = f"is {c.verdict}" if c is not None else "is infeasible"
     return Event(
         "Normal",
         "TrialMeasured",
