@@ -26,6 +26,7 @@ import random
 import sys
 from collections import defaultdict
 from pathlib import Path
+from statistics import NormalDist
 
 import yaml
 
@@ -72,6 +73,24 @@ def components(groups: list[list[Capacity]]) -> tuple[float, float, int]:
     return math.sqrt(sigma_b2), math.sqrt(within / dof), dof
 
 
+MIN_GROUPS_FOR_BOOTSTRAP = 5
+
+
+def _chi_square(p: float, dof: int) -> float:
+    """The chi-square quantile (Wilson-Hilferty's approximation, within 1% from 3 d.f.)."""
+    z = NormalDist().inv_cdf(p)
+    return dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+
+
+def chi_square_interval(sigma_b: float, within: float, dof: int) -> tuple[float, float]:
+    """90% interval of sigma_b: the repeats' total variance (sigma_b^2 + within^2) has a scaled
+    chi-square distribution with `dof` degrees of freedom; the within part is taken as known."""
+    total = sigma_b**2 + within**2
+    ends = (dof * total / _chi_square(0.95, dof), dof * total / _chi_square(0.05, dof))
+    low, high = (math.sqrt(max(0.0, end - within**2)) for end in ends)
+    return low, high
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("landscape", type=Path)
@@ -113,11 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         if d:
             draws.append(b)
     draws.sort()
-    low = draws[int(0.05 * len(draws))] if draws else math.nan
-    high = draws[int(0.95 * len(draws)) - 1] if draws else math.nan
+    if len(groups) >= MIN_GROUPS_FOR_BOOTSTRAP:
+        low = draws[int(0.05 * len(draws))] if draws else math.nan
+        high = draws[int(0.95 * len(draws)) - 1] if draws else math.nan
+        how = "90% bootstrap over configurations"
+    else:  # too few configurations to resample: the chi-square interval of the total spread
+        low, high = chi_square_interval(sigma_b, within, dof)
+        how = "90% chi-square interval"
     print(
         f"Between starts: sigma_b {sigma_b:.3f} in ln rate ({math.exp(sigma_b) - 1:.1%}), "
-        f"90% bootstrap [{low:.3f}, {high:.3f}], from {len(groups)} configurations with "
+        f"{how} [{low:.3f}, {high:.3f}], from {len(groups)} configurations with "
         f"repeats ({dof} degrees of freedom); within a start: mean sd {within:.3f}."
     )
     return 0

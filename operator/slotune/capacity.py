@@ -15,7 +15,7 @@ Everything here is pure; `slotune.tuner.measure` drives the probes against an en
   anything else until a pass lies below a non-pass. A configuration that fails the target is
   clearly infeasible: in screening it gets a coarse bracket, enough to rank it, and no more.
   Otherwise each further probe goes where the fitted crossing lies (`next_index`), until its
-  interval spans at most `GOAL` or `MAX_PROBES` are spent.
+  interval spans at most `GOAL`, `FITTED` such probes are spent, or `MAX_PROBES` in all.
 - **The capacity** is the fitted crossing of the probes' attainments against rate
   (`slotune.crossing`): where the worst target's fitted attainment meets its percentile, with
   a 95% interval from the fit. `interval` widens it by the platform's measured spread between
@@ -205,8 +205,10 @@ def next_index(
     Until the verdicts bracket the boundary (a pass below a non-pass), it moves as
     `next_probe` does, and a configuration that failed the target (not bracketed finely) gets
     `next_probe`'s coarse bracket. Then each probe goes where the fitted crossing lies (its
-    median, on the grid, inside the bracket where the bracket leaves room), until the fitted
-    interval spans at most `goal` or the budget is spent."""
+    median, on the grid; a coarse step beyond the rates probed where the interval is open on
+    that side), until the fitted interval spans at most `goal` or the budget is spent. The
+    verdicts' bracket does not bound it: an unresolved probe is no evidence that the crossing
+    lies below it."""
     outcomes = {p.k: p.verdict for p in probes}
     classic = next_probe(settings, outcomes)
     if not outcomes or len(outcomes) >= settings.max_probes:
@@ -227,9 +229,12 @@ def next_index(
     low, high = fitted.interval()
     if high is not None and low > 0 and high / low <= settings.goal:
         return None
-    wanted = round(math.log(fitted.estimate / settings.target_rate) / math.log(settings.step))
-    if b.blocked - b.passed > 1:
-        wanted = min(max(wanted, b.passed + 1), b.blocked - 1)
+    if high is None:  # nothing probed shows where it ends above: a coarse step up
+        wanted = max(outcomes) + settings.precision
+    elif low <= 0:  # nor below: a coarse step down
+        wanted = min(outcomes) - settings.precision
+    else:
+        wanted = round(math.log(fitted.estimate / settings.target_rate) / math.log(settings.step))
     lowest, highest = settings.lowest, settings.highest
     for offset in (0, 1, -1, 2, -2):
         k = wanted + offset
@@ -609,7 +614,13 @@ class Capacity(Record):
             low, high = self.bracket_interval
             return crossing.pool([(max(self.capacity, 1e-9), low, high)], 0.0)
         single = crossing.pool([(self.estimate, self.low, self.high)], self.spread)
-        return replace(single, agree=self.agree, starts=self.starts, apart=self.apart)
+        return replace(
+            single,
+            agree=self.agree,
+            starts=self.starts,
+            apart=self.apart,
+            open_below=single.open_below or (self.low or 0.0) <= 0,
+        )
 
     @property
     def verdict(self) -> str:

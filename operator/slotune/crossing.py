@@ -114,7 +114,13 @@ class Fit:
 
     @property
     def estimate(self) -> float:
-        return self.quantile(0.5)
+        """The median, but never above the highest rate probed while the interval is open
+        above (every probe held there: the capacity is at least that, and the model's guess of
+        how far beyond is no measurement)."""
+        median = self.quantile(0.5)
+        if self.interval()[1] is None:
+            return min(median, self.probed[1])
+        return median
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float | None]:
         """[low, high] of this engine start's capacity; low 0 and high None where the interval
@@ -122,10 +128,9 @@ class Fit:
         tail = (1 - confidence) / 2
         low, high = self.quantile(tail), self.quantile(1 - tail)
         lowest, highest = self.probed
-        return (
-            0.0 if low < lowest / math.exp(EDGE) else low,
-            None if high > highest * math.exp(EDGE) else high,
-        )
+        if high > highest * math.exp(EDGE):  # open above: no claim beyond what was probed
+            return (0.0 if low < lowest / math.exp(EDGE) else min(low, highest)), None
+        return (0.0 if low < lowest / math.exp(EDGE) else low), high
 
 
 def _log_sigmoid(z: Floats) -> Floats:
@@ -185,13 +190,19 @@ def _log_mean_exp(values: Floats) -> Floats:
 
 def fit(targets: Mapping[str, tuple[float, Sequence[Observation]]]) -> Fit | None:
     """The capacity's distribution: the lowest crossing of every target (name -> (percentile,
-    its observations)); None without an observation to fit."""
-    every = [o for _, observations in targets.values() for o in observations]
+    its observations)). A target without a sample (TPOT of one-token answers) says nothing and
+    is left out; None when no target has one."""
+    usable = {
+        name: (percentile, used)
+        for name, (percentile, observations) in targets.items()
+        if (used := [o for o in observations if o.total > 0 and o.weight > 0])
+    }
+    every = [o for _, observations in usable.values() for o in observations]
     if not every:
         return None
     log_rates = _grid(every)
     survival = np.ones_like(log_rates)
-    for percentile, observations in targets.values():
+    for percentile, observations in usable.values():
         survival = survival * (1 - crossing_cdf(observations, percentile, log_rates))
     rates = [o.rate for o in every]
     return Fit(log_rates, 1 - survival, (min(rates), max(rates)))
@@ -265,13 +276,14 @@ class Pooled:
     agree: bool
     starts: int
     apart: float = 1.0  # highest over lowest estimate of the starts
+    open_below: bool = False
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float | None]:
         z = _z(confidence)
         if not math.isfinite(self.sd):
             return 0.0, None
         return (
-            self.estimate / math.exp(z * self.sd),
+            0.0 if self.open_below else self.estimate / math.exp(z * self.sd),
             None if self.open_above else self.estimate * math.exp(z * self.sd),
         )
 
@@ -298,19 +310,23 @@ def pool(
         weights.append(0.0 if not math.isfinite(variance) else 1 / max(variance, 1e-12))
     if not logs or sum(weights) == 0:
         best = max(m[0] for m in measured)
-        return Pooled(best, math.inf, True, True, len(measured))
+        return Pooled(best, math.inf, True, True, len(measured), open_below=True)
     total = sum(weights)
     mean = sum(w * x for w, x in zip(weights, logs, strict=True)) / total
     q = sum(w * (x - mean) ** 2 for w, x in zip(weights, logs, strict=True))
     used = sum(1 for w in weights if w > 0)
     agree = used < 2 or q <= AGREE_Q[min(used - 2, len(AGREE_Q) - 1)]
+    sd = math.sqrt(1 / total)
+    if not agree:  # the starts spread more than their intervals say: widen by Birge's ratio
+        sd *= math.sqrt(q / (used - 1))
     return Pooled(
         math.exp(mean),
-        math.sqrt(1 / total),
+        sd,
         all(high is None for _, _, high in measured),
         agree,
         len(measured),
         math.exp(max(logs) - min(logs)),
+        all(low <= 0 for _, low, _ in measured),
     )
 
 
@@ -332,7 +348,8 @@ class Comparison:
     resolution: float  # the smallest ratio this comparison could tell from 1 (e^(z sd))
 
     def describe(self) -> str:
-        span = f"[{self.low:.2f}, {self.high:.2f}]" if math.isfinite(self.high) else "[open]"
+        top = f"{self.high:.2f}" if math.isfinite(self.high) else "open"
+        span = f"[{self.low:.2f}, {top}]"
         if self.verdict == Difference.BETTER:
             return f"better by {self.ratio - 1:.0%} ({self.ratio:.2f}x {span})"
         if self.verdict == Difference.WORSE:
@@ -358,6 +375,11 @@ def compare(a: Pooled, b: Pooled, confidence: float = CONFIDENCE) -> Comparison:
     if not math.isfinite(sd):
         return Comparison(Difference.NONE, ratio, 0.0, math.inf, math.inf)
     low, high = ratio / math.exp(z * sd), ratio * math.exp(z * sd)
+    # An open end says "at least" or "at most": the ratio is open on that side too.
+    if a.open_above or b.open_below:
+        high = math.inf
+    if a.open_below or b.open_above:
+        low = 0.0
     resolution = math.exp(z * sd)
     gap = max(ratio, 1 / ratio)
     if any(not side.agree and side.apart >= gap for side in (a, b)):

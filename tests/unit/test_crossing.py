@@ -126,9 +126,7 @@ def test_no_input_crashes_the_estimator() -> None:
     an exception."""
     assert crossing.fit({}) is None
     assert crossing.fit({"ttft": (P95, [])}) is None
-    empty = crossing.fit({"ttft": (P95, [Observation(2.0, 0, 0, 0)])})
-    assert empty is not None
-    assert empty.interval() == (0.0, None)
+    assert crossing.fit({"ttft": (P95, [Observation(2.0, 0, 0, 0)])}) is None
     failed = crossing.fit({"ttft": (P95, [Observation(2.0, 0, 50, 50)])})
     assert failed is not None
     assert failed.estimate < 2.0
@@ -274,3 +272,44 @@ def test_an_infeasible_screening_trial_keeps_its_coarse_bracket() -> None:
     while (k := capacity.next_index(settings, probes, {"ttft": P95})) is not None:
         probes.append(probe_at(settings, k, truth))
     assert len(probes) <= 3
+
+
+def test_a_target_without_samples_says_nothing() -> None:
+    """TPOT of one-token answers has no sample: it must not drag the capacity down."""
+    ttft = [observe(r, 3.0) for r in (2.0, 2.8, 3.3, 4.0)]
+    alone = crossing.fit({"ttft": (P95, ttft)})
+    both = crossing.fit({"ttft": (P95, ttft), "tpot": (P95, [Observation(3.0, 0, 0, 0)])})
+    assert alone is not None
+    assert both is not None
+    assert both.estimate == pytest.approx(alone.estimate)
+    assert both.interval() == pytest.approx(alone.interval())
+
+
+def test_an_open_interval_keeps_the_estimate_within_what_was_probed() -> None:
+    passes = [Observation(r, 100, 100, 100) for r in (1.0, 1.6, 2.5)]
+    fitted = crossing.fit({"ttft": (P95, passes)})
+    assert fitted is not None
+    assert fitted.estimate <= 2.5
+
+
+def test_open_ends_leave_the_ratio_open_on_their_side() -> None:
+    open_top = crossing.pool([(2.0, 1.9, None)], 0.0)
+    closed = crossing.pool([(3.0, 2.9, 3.1)], 0.0)
+    found = crossing.compare(open_top, closed)
+    assert math.isinf(found.high)
+    assert found.verdict == Difference.NONE  # "at least 2.0" cannot be called worse than 3.0
+    nothing = crossing.pool([(0.6, 0.0, 0.9)], 0.0)  # passed at no rate probed
+    better = crossing.compare(closed, nothing)
+    assert math.isinf(better.high)
+    assert better.verdict == Difference.BETTER
+    assert "open]" in better.describe()
+
+
+def test_disagreeing_starts_widen_the_pooled_interval() -> None:
+    a, b = (2.8, 2.52, 3.11), (1.8, 1.63, 1.99)
+    apart = crossing.pool([a, b], 0.05)
+    assert not apart.agree
+    low, high = apart.interval()
+    assert high is not None
+    assert low < 1.8  # Birge's ratio: as wide as the starts' own spread says
+    assert high > 2.8 * 0.95

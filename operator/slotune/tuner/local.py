@@ -160,7 +160,7 @@ def _summary(outcome: StudyResult, deployment: LLMDeployment) -> str:
         return "\n".join(lines)
     lines.append(
         f"Winner (#{winner.number}, {describe_params(winner.params)}): confirmed capacity "
-        f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.capacity)}."
+        f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.rate)}."
     )
     if baseline is not None and baseline.measurement and baseline.measurement.capacity:
         if winner.label == "vllm-defaults":
@@ -181,7 +181,7 @@ def no_winner(outcome: StudyResult, of_ceiling: Callable[[float], str]) -> str:
     if best is not None and confirmed is not None:
         return (
             f"{head}; the best is #{best.number} ({describe_params(best.params)}): capacity "
-            f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.capacity)}."
+            f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.rate)}."
         )
     measured = [r for r in outcome.records if r.measurement is not None]
     if not measured:

@@ -405,7 +405,7 @@ class Planner:
                 if self._launched() >= self.spec.tuning.max_trials:
                     return None
                 return self._re_measure(candidate)
-            if _confirmed(candidate, again[-1]).feasible:
+            if again[-1].measurement is not None and _confirmed(candidate, again[-1]).feasible:
                 return Finished(
                     winner=candidate,
                     stopped_because="a configuration was confirmed feasible",

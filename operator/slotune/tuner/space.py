@@ -54,7 +54,11 @@ class Platform:
 
 
 CPU = Platform(name="cpu", backend="CPU_ATTN")
-H200 = Platform(name="h200", backend="FLASH_ATTN")
+H200 = Platform(name="h200", backend="FLASH_ATTN", spread=0.053)
+"""The spread: vLLM's defaults on five H200 starts of the study's landscape, refitted
+(`bench/variance_components.py bench/landscapes/h200-study.jsonl`): 13.9-16.1 req/s, sigma_b
+0.053 in ln rate beyond each start's own interval (90% interval 0.030-0.136, four degrees of
+freedom)."""
 PLATFORMS = {p.name: p for p in (CPU, H200)}
 
 

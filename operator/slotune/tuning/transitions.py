@@ -595,7 +595,9 @@ class StudyStep:
         done = f"{tuning.trials_completed} trials ({finished.stopped_because})"
         found = (
             versus_defaults(records, finished.confirmed)
-            if winner is not None and finished.confirmed is not None
+            if winner is not None
+            and finished.confirmed is not None
+            and winner.label != "vllm-defaults"
             else None
         )
         tuning.versus_defaults = found.describe() if found is not None else None
