@@ -190,7 +190,9 @@ def search(  # noqa: PLR0917 - the simulation's knobs, given by position from ma
         """The same engine start, its noise drawn afresh from the same seed."""
         return Engine(crossings, _shape(shape, steep), random.Random(noise))  # noqa: S311
 
-    base = SearchSettings(target_rate=target, min_rate=target / 8, max_probes=max_probes, goal=goal)
+    base = SearchSettings(
+        target_rate=target, min_rate=target / 8, max_probes=max_probes, goal=goal, fitted=fitted
+    )
     today = _run(
         engine(),
         replace(base, **TODAY),  # type: ignore[arg-type]

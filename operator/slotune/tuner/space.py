@@ -53,7 +53,14 @@ class Platform:
         return EngineArgs(**self.defaults)
 
 
-CPU = Platform(name="cpu", backend="CPU_ATTN")
+CPU = Platform(name="cpu", backend="CPU_ATTN", spread=0.0)
+"""The spread: vLLM's defaults on five fresh CPU engines in one sitting, the `make tune`
+example (`bench/capacity_repeatability.py --engines 5`, seeds 300-304): 2.14-2.39 req/s
+(1.12x), their ln estimates spreading by sd 0.045, within what their own intervals state
+(mean sd 0.082): no between-start part left (0.000; 90% interval 0-0.18, four degrees of
+freedom). Across hours a CPU instance's speed moves far more (sigma 0.27 between the CPU
+landscape's two runs four hours apart, `bench/variance_components.py`), which is why the
+example is scaled to the machine when it starts and a study's trials run in one sitting."""
 H200 = Platform(name="h200", backend="FLASH_ATTN", spread=0.053)
 """The spread: vLLM's defaults on five H200 starts of the study's landscape, refitted
 (`bench/variance_components.py bench/landscapes/h200-study.jsonl`): 13.9-16.1 req/s, sigma_b
