@@ -45,7 +45,7 @@ def _percentiles(spec_text: str) -> dict[str, float]:
 def refit(found: Capacity, percentiles: dict[str, float]) -> Capacity:
     """The recorded capacity with the fit of its own probes (its bracket as recorded)."""
     fitted = crossing.fit(
-        {name: (q, observations(found.probes, name)) for name, q in percentiles.items()}
+        {name: (q, observations(found.probes, name, q)) for name, q in percentiles.items()}
     )
     if fitted is None:
         return found

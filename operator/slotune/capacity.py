@@ -222,7 +222,7 @@ def next_index(
     if placed >= settings.fitted:
         return None
     fitted = crossing.fit(
-        {name: (q, observations(probes, name)) for name, q in percentiles.items()}
+        {name: (q, observations(probes, name, q)) for name, q in percentiles.items()}
     )
     if fitted is None:
         return classic
@@ -645,10 +645,13 @@ def at_target(interval: tuple[float, float | None], target: float) -> AtTarget:
     return AtTarget.UNRESOLVED
 
 
-def observations(probes: Sequence[Probe], name: str) -> list[crossing.Observation]:
-    """One target's attainment at each probe, as the fit reads it. A probe whose engine never
-    reached steady state (its queue or KV usage still climbing) is past the capacity whatever
-    its window's requests saw so far, since in steady state its queue would make every request
+def observations(
+    probes: Sequence[Probe], name: str, percentile: float | None = None
+) -> list[crossing.Observation]:
+    """One target's attainment at each probe, as the fit reads it, and (given the target's
+    percentile) whether the probe's own interval failed it. A probe whose engine never reached
+    steady state (its queue or KV usage still climbing) is past the capacity whatever its
+    window's requests saw so far, since in steady state its queue would make every request
     late: it counts as no sample within the bound."""
     found = []
     for p in probes:
@@ -657,7 +660,8 @@ def observations(probes: Sequence[Probe], name: str) -> list[crossing.Observatio
             continue
         effective = t.effective if t.effective is not None else float(t.total)
         good = 0 if p.verdict == ProbeVerdict.UNSTABLE else t.good
-        found.append(crossing.Observation(p.rate, good, t.total, effective))
+        failed = percentile is not None and t.high < percentile / 100
+        found.append(crossing.Observation(p.rate, good, t.total, effective, failed))
     return found
 
 
@@ -684,7 +688,7 @@ def capacity_of(
         spread=spread,
     )
     fitted = crossing.fit(
-        {name: (q, observations(probes, name)) for name, q in (percentiles or {}).items()}
+        {name: (q, observations(probes, name, q)) for name, q in (percentiles or {}).items()}
     )
     if fitted is None:
         return found

@@ -54,6 +54,13 @@ SLOPES = np.geomspace(0.5, 300.0, 36)
 95% to 50% over a 360x range of rates; 300: over 1%. A queue's onset on a real engine lies
 between."""
 MIN_P = 1e-9
+ABOVE_FAILURE = math.log(2 ** (1 / 6))
+"""How far above the lowest rate at which a target's own verdict failed (its attainment
+interval wholly below the percentile) its crossing may lie: one coarse step of the search,
+12%. Attainment falls with rate, so a resolved failure bounds the crossing from above; the
+step allows for a failure that was noise. Without it a soft failure at the highest probe
+leaves the interval open above: a crossing beyond every probe leaves the upper slope
+unconstrained, and the slope prior's breadth then favours it over one the data pins down."""
 TEMPER = (NormalDist().inv_cdf(0.975) / 2.2621571628) ** 2
 """Each probe's log-likelihood is scaled by (z / t)^2, with t Student's 97.5% point at 9
 degrees of freedom: a probe's effective samples come from the spread of B = 10 batch means, a
@@ -72,6 +79,7 @@ class Observation:
     good: float
     total: float
     effective: float
+    failed: bool = False  # the probe's own verdict for this target: its interval lay below
 
     def __post_init__(self) -> None:
         for name in ("rate", "good", "total", "effective"):
@@ -177,6 +185,11 @@ def crossing_cdf(
     below = np.where(x < 0, each, 0.0).sum(axis=2)
     above = np.where(x >= 0, each, 0.0).sum(axis=2)
     log_mass = _log_mean_exp(below) + _log_mean_exp(above)
+    failures = [math.log(o.rate) for o in used if o.failed]
+    if failures:
+        bound = min(failures) + ABOVE_FAILURE
+        if bound > log_rates[0]:
+            log_mass = np.where(log_rates <= bound, log_mass, -np.inf)
     mass = np.exp(log_mass - log_mass.max())
     cdf = np.cumsum(mass)
     return np.asarray(cdf / cdf[-1], dtype=np.float64)

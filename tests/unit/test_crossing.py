@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -313,3 +314,28 @@ def test_disagreeing_starts_widen_the_pooled_interval() -> None:
     assert high is not None
     assert low < 1.8  # Birge's ratio: as wide as the starts' own spread says
     assert high > 2.8 * 0.95
+
+
+def test_a_resolved_failure_bounds_the_crossing_from_above() -> None:
+    """Seen on the CPU engine (vLLM's defaults, ITL p95): attainment 98.3%, 96.8%, 95.7%,
+    95.1%, 96.8% and then 92.6% at the highest rate, whose own interval lay below 95%. Without
+    the failure's bound the fit left the interval open above; with it, the crossing lies at
+    most a coarse step above the failure."""
+    seen = [
+        (1.448, 1188, 1209, 901.8),
+        (1.878, 3509, 3626, 811.2),
+        (1.933, 3469, 3626, 725.0),
+        (1.990, 3448, 3627, 193.7),
+        (2.170, 1170, 1209, 821.3),
+    ]
+    observed = [Observation(*row) for row in seen]
+    failure = Observation(2.299, 3360, 3627, 390.7, failed=True)
+    bounded = crossing.fit({"itl": (P95, [*observed, failure])})
+    unbounded = crossing.fit({"itl": (P95, [*observed, replace(failure, failed=False)])})
+    assert bounded is not None
+    assert unbounded is not None
+    _, high = bounded.interval()
+    assert high is not None
+    assert high <= 2.299 * capacity.STEP
+    assert 2.0 < bounded.estimate < 2.3
+    assert unbounded.interval()[1] is None or unbounded.interval()[1] > high
