@@ -645,23 +645,32 @@ def at_target(interval: tuple[float, float | None], target: float) -> AtTarget:
     return AtTarget.UNRESOLVED
 
 
+QUEUED = frozenset({"ttft", "e2e"})
+"""The targets whose samples include the time a request waits in the engine's queue."""
+
+
 def observations(
     probes: Sequence[Probe], name: str, percentile: float | None = None
 ) -> list[crossing.Observation]:
     """One target's attainment at each probe, as the fit reads it, and (given the target's
-    percentile) whether the probe's own interval failed it. A probe whose engine never reached
-    steady state (its queue or KV usage still climbing) is past the capacity whatever its
-    window's requests saw so far, since in steady state its queue would make every request
-    late: it counts as no sample within the bound."""
+    percentile) whether the probe's own interval passed or failed it. A probe whose engine
+    never reached steady state (its waiting queue or KV usage still climbing) is past the
+    capacity for the targets a queue delays, whatever its window's requests saw so far: in
+    steady state the queue would make every first token (and every whole request) late, so
+    for TTFT and e2e it counts as no sample within the bound. Its inter-token gaps and TPOT
+    are what they were (a queue of waiting requests does not slow the running ones)."""
     found = []
     for p in probes:
         t = p.targets.get(name)
         if t is None or t.total <= 0:
             continue
         effective = t.effective if t.effective is not None else float(t.total)
-        good = 0 if p.verdict == ProbeVerdict.UNSTABLE else t.good
-        failed = percentile is not None and t.high < percentile / 100
-        found.append(crossing.Observation(p.rate, good, t.total, effective, failed))
+        unsteady = p.verdict == ProbeVerdict.UNSTABLE and name in QUEUED
+        good = 0 if unsteady else t.good
+        needed = None if percentile is None else percentile / 100
+        failed = needed is not None and (unsteady or t.high < needed)
+        passed = needed is not None and not unsteady and t.low >= needed
+        found.append(crossing.Observation(p.rate, good, t.total, effective, failed, passed))
     return found
 
 

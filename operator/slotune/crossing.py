@@ -56,11 +56,13 @@ between."""
 MIN_P = 1e-9
 ABOVE_FAILURE = math.log(2 ** (1 / 6))
 """How far above the lowest rate at which a target's own verdict failed (its attainment
-interval wholly below the percentile) its crossing may lie: one coarse step of the search,
-12%. Attainment falls with rate, so a resolved failure bounds the crossing from above; the
-step allows for a failure that was noise. Without it a soft failure at the highest probe
-leaves the interval open above: a crossing beyond every probe leaves the upper slope
-unconstrained, and the slope prior's breadth then favours it over one the data pins down."""
+interval wholly below the percentile) its crossing may lie, and below the highest at which it
+passed: one coarse step of the search, 12%. Attainment falls with rate, so a resolved failure
+bounds the crossing from above and a resolved pass from below; the step allows for a verdict
+that was noise. Without the bounds a soft failure at the highest probe left the interval open
+above (a crossing beyond every probe leaves the upper slope unconstrained, and the slope
+prior's breadth then favours it over one the data pins down), and an outlying probe could
+put the crossing below rates that passed."""
 TEMPER = (NormalDist().inv_cdf(0.975) / 2.2621571628) ** 2
 """Each probe's log-likelihood is scaled by (z / t)^2, with t Student's 97.5% point at 9
 degrees of freedom: a probe's effective samples come from the spread of B = 10 batch means, a
@@ -80,6 +82,7 @@ class Observation:
     total: float
     effective: float
     failed: bool = False  # the probe's own verdict for this target: its interval lay below
+    passed: bool = False  # ... or wholly at or above the percentile
 
     def __post_init__(self) -> None:
         for name in ("rate", "good", "total", "effective"):
@@ -186,10 +189,14 @@ def crossing_cdf(
     above = np.where(x >= 0, each, 0.0).sum(axis=2)
     log_mass = _log_mean_exp(below) + _log_mean_exp(above)
     failures = [math.log(o.rate) for o in used if o.failed]
-    if failures:
-        bound = min(failures) + ABOVE_FAILURE
-        if bound > log_rates[0]:
-            log_mass = np.where(log_rates <= bound, log_mass, -np.inf)
+    passes = [math.log(o.rate) for o in used if o.passed]
+    top = min(failures) + ABOVE_FAILURE if failures else math.inf
+    bottom = max(passes) - ABOVE_FAILURE if passes else -math.inf
+    if bottom >= top:  # the verdicts contradict each other by more than a step: no bound
+        top, bottom = math.inf, -math.inf
+    inside = (log_rates <= top) & (log_rates >= bottom)
+    if inside.any():
+        log_mass = np.where(inside, log_mass, -np.inf)
     mass = np.exp(log_mass - log_mass.max())
     cdf = np.cumsum(mass)
     return np.asarray(cdf / cdf[-1], dtype=np.float64)

@@ -339,3 +339,19 @@ def test_a_resolved_failure_bounds_the_crossing_from_above() -> None:
     assert high <= 2.299 * capacity.STEP
     assert 2.0 < bounded.estimate < 2.3
     assert unbounded.interval()[1] is None or unbounded.interval()[1] > high
+
+
+def test_a_resolved_pass_bounds_the_crossing_from_below() -> None:
+    """Passes at 2.34 and 3.72 req/s and a failure beyond: the crossing cannot be fitted below
+    the passes, however an outlying probe pulls."""
+    seen = [
+        Observation(2.34, 1201, 1209, 649.7, passed=True),
+        Observation(3.72, 1206, 1209, 404.0, passed=True),
+        Observation(4.82, 744, 774, 64.3),
+        Observation(5.90, 397, 440, 28.6),
+        Observation(3.83, 0, 9672, 3366.5),  # an outlier: every gap late, thousands of them
+    ]
+    fitted = crossing.fit({"itl": (P95, seen)})
+    assert fitted is not None
+    low, _ = fitted.interval()
+    assert low >= 3.72 / capacity.STEP * 0.999
