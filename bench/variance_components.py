@@ -31,7 +31,7 @@ from statistics import NormalDist
 import yaml
 
 from slotune import crossing
-from slotune.capacity import Capacity, observations, with_fit
+from slotune.capacity import Capacity, fit_probes, with_fit
 from slotune.models import LLMDeployment
 
 
@@ -44,9 +44,7 @@ def _percentiles(spec_text: str) -> dict[str, float]:
 
 def refit(found: Capacity, percentiles: dict[str, float]) -> Capacity:
     """The recorded capacity with the fit of its own probes (its bracket as recorded)."""
-    fitted = crossing.fit(
-        {name: (q, observations(found.probes, name, q)) for name, q in percentiles.items()}
-    )
+    fitted = fit_probes(found.probes, percentiles)
     if fitted is None:
         return found
     low, high = fitted.interval()

@@ -221,9 +221,7 @@ def next_index(
     )
     if placed >= settings.fitted:
         return None
-    fitted = crossing.fit(
-        {name: (q, observations(probes, name, q)) for name, q in percentiles.items()}
-    )
+    fitted = fit_probes(probes, percentiles)
     if fitted is None:
         return classic
     low, high = fitted.interval()
@@ -674,6 +672,13 @@ def observations(
     return found
 
 
+def fit_probes(probes: Sequence[Probe], percentiles: Mapping[str, float]) -> crossing.Fit | None:
+    """The fitted capacity of a search's probes, every target at its percentile."""
+    return crossing.fit(
+        {name: (q, observations(probes, name, q)) for name, q in percentiles.items()}
+    )
+
+
 def capacity_of(
     settings: SearchSettings,
     probes: Sequence[Probe],
@@ -696,9 +701,7 @@ def capacity_of(
         probes=list(probes),
         spread=spread,
     )
-    fitted = crossing.fit(
-        {name: (q, observations(probes, name, q)) for name, q in (percentiles or {}).items()}
-    )
+    fitted = fit_probes(probes, percentiles or {})
     if fitted is None:
         return found
     low, high = fitted.interval()
