@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slotune import crossing
 from slotune.attainment import (
@@ -474,7 +474,16 @@ def required_rate(rate: float, headroom: float) -> float:
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # A figure is finite: NaN or infinity, stored as JSON null, would not load back.
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
+
+
+def non_negative(model: BaseModel) -> None:
+    """Raises for a negative figure among the model's own float fields (rates, times, counts
+    of tokens): no measurement makes one, so one that comes in was not measured."""
+    for name, value in model:
+        if isinstance(value, float) and value < 0:
+            raise ValueError(f"{name} is {value}: a measured figure is never negative")
 
 
 class TargetFigures(Record):
@@ -582,6 +591,11 @@ class Capacity(Record):
         default=True, description="Whether the pooled starts agree within their intervals."
     )
     apart: float = Field(default=1.0, description="Highest over lowest of the starts' estimates.")
+
+    @model_validator(mode="after")
+    def _measured(self) -> Capacity:
+        non_negative(self)
+        return self
 
     @property
     def rate(self) -> float:

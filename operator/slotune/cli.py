@@ -40,7 +40,11 @@ def _load_deployments(path: Path) -> tuple[list[models.LLMDeployment], list[str]
             kind = kind_of(doc.get("spec") or {})
             problems += [f"{where}: {p}" for p in validation_problems(error, "", kind)]
             continue
-        _, rule_problems = parse_spec(doc.get("spec") or {})
+        # The Kubernetes client's models check the free-form fields; loaded here only, so
+        # that the other commands start without the client.
+        from slotune.kube import schema_problems  # noqa: PLC0415
+
+        _, rule_problems = parse_spec(doc.get("spec") or {}, schema_problems)
         problems += [f"{where}: {p}" for p in rule_problems]
         found.append(deployment)
     return found, problems

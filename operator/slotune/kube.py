@@ -8,15 +8,18 @@ layer imports `kubernetes`.
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import kubernetes
+import pydantic
 import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -58,7 +61,78 @@ class KubeError(Exception):
     @property
     def rejected(self) -> bool:
         """The server refused the object itself (validation), not the moment or the caller."""
-        return self.status in (400, 422)
+        if self.status in (400, 422):
+            return True
+        # Server-side apply builds the typed object before it validates, and answers 500 when
+        # the object does not fit the schema: the same answer on every retry.
+        return self.status == 500 and any(text in self.message for text in _SCHEMA_ERRORS)
+
+
+# How the API server words an applied object that does not fit its schema (structured-merge-diff).
+_SCHEMA_ERRORS = (
+    "failed to create typed patch object",
+    "field not declared in schema",
+    "duplicate entries for key",
+)
+
+
+def schema_problems(fields: Iterable[tuple[str, str, Any]]) -> list[str]:
+    """Free-form values checked against the Kubernetes API's own types, as the API server
+    would check them: `(path, type, value)`, the type a client model's name
+    (`V1SecurityContext`). An unknown field is named with the nearest known one; a wrong type
+    or a missing required field as the model says."""
+    problems: list[str] = []
+    for path, type_name, value in fields:
+        model = getattr(kubernetes.client, type_name)
+        unknown = _unknown_fields(model, value, path)
+        problems += unknown
+        if unknown:
+            continue  # the model's own check would name each one again, less helpfully
+        try:
+            model.model_validate(value)
+        except pydantic.ValidationError as error:
+            for item in error.errors():
+                where = path + "".join(
+                    f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]
+                )
+                problems.append(f"{where}: {item['msg'].lower()} (a {type_name} field)")
+    return problems
+
+
+def _unknown_fields(model: Any, value: Any, path: str) -> list[str]:
+    """The keys of `value` that are not fields of the client model (by their API names), at
+    any depth."""
+    if not isinstance(value, dict):
+        return []
+    names = model.attribute_map  # python name -> API name
+    problems = []
+    for key, item in value.items():
+        api_names = list(names.values())
+        if key not in api_names:
+            near = difflib.get_close_matches(str(key), api_names, n=1)
+            hint = f"; did you mean {near[0]}?" if near else f"; it has {', '.join(api_names)}"
+            problems.append(f"{path}.{key}: not a field of {model.__name__[2:]}{hint}")
+            continue
+        python_name = next(n for n, api in names.items() if api == key)
+        inner = _model_of(model.model_fields[python_name].annotation)
+        if inner is None:
+            continue
+        items = item if isinstance(item, list) else [item]
+        for index, element in enumerate(items):
+            where = f"{path}.{key}[{index}]" if isinstance(item, list) else f"{path}.{key}"
+            problems += _unknown_fields(inner, element, where)
+    return problems
+
+
+def _model_of(annotation: Any) -> Any:
+    """The client model a field holds (through Optional and List), or None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _error(exc: ApiException) -> KubeError:

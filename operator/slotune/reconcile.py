@@ -15,7 +15,7 @@ from typing import Any
 
 from slotune import render, tuning
 from slotune.engine import ENGINES
-from slotune.kube import KubeApi, KubeError, Ref
+from slotune.kube import KubeApi, KubeError, Ref, schema_problems
 from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
 from slotune.spec import parse_spec
 from slotune.status import (
@@ -114,7 +114,7 @@ def reconcile(
     meta = body["metadata"]
     owner = render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     previous = LLMDeploymentStatus.model_validate(body.get("status") or {})
-    spec, problems = parse_spec(body.get("spec") or {})
+    spec, problems = parse_spec(body.get("spec") or {}, schema_problems)
     deployment_ref = Ref("apps/v1", "Deployment", owner.namespace, owner.name)
 
     deployment: dict[str, Any] | None = kube.get(deployment_ref)
@@ -158,8 +158,13 @@ def reconcile(
             owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
         )
         problems += rejected
-        if not rejected:
+        if not rejected and apply_failure is None:
+            # The last good spec is the last one the server took whole.
             serving_spec = body.get("spec") or {}
+        elif rejected and serving_spec:
+            deployment, apply_failure = _keep_last_good(
+                owner, serving_spec, previous, kube, deployment, events=events
+            )
     elif problems and serving_spec:
         # The spec is invalid: the children are kept at the last good one, and repaired to it
         # when they are scaled, edited or deleted meanwhile.
@@ -212,7 +217,7 @@ def _keep_last_good(
     with: the Deployment as it now is, and a failure to retry. Nothing is applied when that
     spec no longer passes the rules (an operator upgrade tightened one) or a child's name is
     taken by someone else's object."""
-    last_good, problems = parse_spec(serving_spec)
+    last_good, problems = parse_spec(serving_spec, schema_problems)
     if last_good is None or problems:
         return deployment, None
     has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
@@ -324,9 +329,15 @@ def _conflicts(
     would take them over (and garbage collection would delete them with the LLMDeployment), so
     nothing is applied while any is there."""
     found = []
-    for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
-        ref = Ref.of(child)
-        existing = deployment if child["kind"] == "Deployment" else kube.get(ref)
+    children = [
+        Ref.of(child)
+        for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor)
+    ]
+    if spec.tuning.enabled:
+        # The study's records: read only from a ConfigMap this LLMDeployment controls.
+        children.append(Ref("v1", "ConfigMap", owner.namespace, render.child_name(owner, "trials")))
+    for ref in children:
+        existing = deployment if ref.kind == "Deployment" else kube.get(ref)
         if existing is None or _owned_by(existing, owner, controller=True):
             continue
         controller = next(
@@ -339,7 +350,7 @@ def _conflicts(
             else "controlled by no LLMDeployment"
         )
         found.append(
-            f"{child['kind']} {ref.namespace}/{ref.name} already exists and is {by}; slotune "
+            f"{ref.kind} {ref.namespace}/{ref.name} already exists and is {by}; slotune "
             "leaves it as it is: delete or rename it, or give this LLMDeployment another name"
         )
     return found

@@ -401,6 +401,7 @@ LOAD_COMPONENT = "load"
 LOAD_CONTAINER = "load"
 TERMINATION_LOG = "/dev/termination-log"
 RECORDS_KEY = "trials.jsonl"
+QUARANTINE_KEY = "unreadable.jsonl"  # record lines that did not load, kept for a person
 
 
 def with_params(spec: models.LLMDeploymentSpec, params: dict[str, Any]) -> models.LLMDeploymentSpec:
@@ -568,8 +569,9 @@ def render_load_job(
     }
 
 
-def render_records(owner: Owner, study: int, text: str) -> dict[str, Any]:
-    """The ConfigMap that keeps a study's trial records (JSON lines) in the API."""
+def render_records(owner: Owner, study: int, text: str, quarantined: str = "") -> dict[str, Any]:
+    """The ConfigMap that keeps a study's trial records (JSON lines) in the API, and under
+    `QUARANTINE_KEY` the lines that did not load, as they were."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -584,5 +586,9 @@ def render_records(owner: Owner, study: int, text: str) -> dict[str, Any]:
             },
             "ownerReferences": [owner.reference()],
         },
-        "data": {"study": str(study), RECORDS_KEY: text},
+        "data": {
+            "study": str(study),
+            RECORDS_KEY: text,
+            **({QUARANTINE_KEY: quarantined} if quarantined else {}),
+        },
     }

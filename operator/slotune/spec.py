@@ -8,12 +8,18 @@ refuse it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
 from slotune.engine import DEFAULT_KIND, ENGINES, engine_for, engine_or_default
+from slotune.engine.base import Engine
 from slotune.models import LLMDeploymentSpec
+
+# Checks free-form fields against the Kubernetes API's types: `(path, type, value)` triples
+# in, problems out (`kube.schema_problems`; this module stays free of the client).
+SchemaCheck = Callable[[Iterable[tuple[str, str, Any]]], list[str]]
 
 
 def validation_problems(
@@ -46,8 +52,12 @@ def _is_kv_cache_dtype(loc: tuple[int | str, ...]) -> bool:
 MAX_SPEC_BYTES = 64 * 1024
 
 
-def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]]:
-    """The spec, and the reasons it cannot be served (empty when it can)."""
+def parse_spec(
+    raw: dict[str, Any], schema: SchemaCheck | None = None
+) -> tuple[LLMDeploymentSpec | None, list[str]]:
+    """The spec, and the reasons it cannot be served (empty when it can). With `schema`, the
+    fields passed to Kubernetes as written are checked against the API's types too, so that a
+    typo in one is a spec error here rather than an apply the server refuses."""
     size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_SPEC_BYTES:
         largest = max(raw, key=lambda k: len(json.dumps(raw[k])), default="")
@@ -81,7 +91,57 @@ def parse_spec(raw: dict[str, Any]) -> tuple[LLMDeploymentSpec | None, list[str]
         if spec.slo is not None
         else []
     )
-    return spec, [str(v) for v in violations] + unjudged
+    pod_problems = env_problems(spec, engine)
+    if schema is not None:
+        pod_problems += schema(free_form_fields(spec))
+    return spec, [str(v) for v in violations] + unjudged + pod_problems
+
+
+def free_form_fields(spec: LLMDeploymentSpec) -> list[tuple[str, str, Any]]:
+    """The fields slotune passes to the pods as written, with the Kubernetes type of each."""
+    scheduling = spec.scheduling
+    fields = [
+        ("spec.engine.securityContext", "V1SecurityContext", spec.engine.security_context),
+        ("spec.podSecurityContext", "V1PodSecurityContext", spec.pod_security_context),
+        ("spec.scheduling.affinity", "V1Affinity", scheduling.affinity),
+    ]
+    fields += [
+        (f"spec.scheduling.tolerations[{index}]", "V1Toleration", toleration)
+        for index, toleration in enumerate(scheduling.tolerations)
+    ]
+    return fields
+
+
+def env_set_by_slotune(spec: LLMDeploymentSpec, engine: Engine) -> dict[str, str]:
+    """The environment variables slotune sets on the engine itself, each with where its value
+    comes from: one of them in `engine.env` as well would be a duplicate entry, which the API
+    server refuses."""
+    names = {"HF_HOME": "slotune points it at the model cache"}
+    hf = spec.model.source.hugging_face
+    if hf is not None and hf.token_secret_ref is not None:
+        why = "slotune reads it from model.source.huggingFace.tokenSecretRef"
+        names["HF_TOKEN"] = why
+    names[engine.api_key_env] = "put the key in a Secret and name it in engine.apiKeySecretRef"
+    for name in engine.trial_env:
+        names[name] = "slotune sets it on trial pods"
+    return names
+
+
+def env_problems(spec: LLMDeploymentSpec, engine: Engine) -> list[str]:
+    """Names in `engine.env` given twice, or also set by slotune."""
+    problems = []
+    reserved = env_set_by_slotune(spec, engine)
+    first: dict[str, int] = {}
+    for index, var in enumerate(spec.engine.env):
+        where = f"spec.engine.env[{index}].name"
+        if var.name in first:
+            problems.append(
+                f"{where}: {var.name} is given twice (also at env[{first[var.name]}]); keep one"
+            )
+        elif var.name in reserved:
+            problems.append(f"{where}: {var.name} is not set here: {reserved[var.name]}")
+        first.setdefault(var.name, index)
+    return problems
 
 
 def kind_of(raw: dict[str, Any]) -> str:

@@ -32,19 +32,58 @@ _BLOCKING_WAITS = {
 }
 
 
+# The label the Job controller puts on the pods it creates: the Job's UID (batch/v1).
+JOB_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+
+
+def controlled_by(obj: dict[str, Any], uid: str) -> bool:
+    """Whether the object's controller (its owner reference with `controller: true`) is the
+    object with this UID. Names and labels anyone may copy; a trial counts only what slotune's
+    own objects control."""
+    return any(
+        ref.get("controller") and ref.get("uid") == uid
+        for ref in obj["metadata"].get("ownerReferences") or []
+    )
+
+
+def not_ours(obj: dict[str, Any]) -> str:
+    """What a user reads about an object at a trial's name that slotune does not control."""
+    meta = obj["metadata"]
+    controller = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    by = (
+        f"controlled by {controller['kind']} {controller['name']}"
+        if controller
+        else "not slotune's"
+    )
+    return (
+        f"{obj.get('kind', 'object')} {meta.get('namespace')}/{meta['name']} already exists and is "
+        f"{by}; slotune neither uses nor deletes it: delete or rename it"
+    )
+
+
 @dataclass(frozen=True)
 class PodState:
     """A trial pod as the operator sees it."""
 
-    phase: Literal["Starting", "Ready", "Blocked", "Failed", "Gone"]
+    phase: Literal["Starting", "Ready", "Blocked", "Failed", "Gone", "Conflict"]
     ip: str | None = None
     detail: str = ""
     failure_kind: str | None = None
 
     @classmethod
-    def of(cls, pod: dict[str, Any] | None, *, startup_seconds: float | None = None) -> PodState:
+    def of(
+        cls,
+        pod: dict[str, Any] | None,
+        *,
+        startup_seconds: float | None = None,
+        owner_uid: str | None = None,
+    ) -> PodState:
+        """With `owner_uid` (a trial pod): a pod that LLMDeployment does not control is a
+        `Conflict`, never the trial's engine."""
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return cls("Gone")
+        if owner_uid is not None and not controlled_by(pod, owner_uid):
+            return cls("Conflict", detail=not_ours({"kind": "Pod", **pod}))
         # A trial pod's name label is its engine's kind (render.trial_labels).
         kind = (pod["metadata"].get("labels") or {}).get(render.LABEL_NAME, DEFAULT_KIND)
         status = pod.get("status") or {}
@@ -83,19 +122,53 @@ def terminated_failure(
     return PodState("Failed", detail=failure.describe(), failure_kind=str(failure.kind))
 
 
+def made_by(pod: dict[str, Any], job: dict[str, Any]) -> bool:
+    """Whether the pod is one the Job made: controlled by the Job's UID, labelled with it, and
+    running exactly the Job template's containers (image, command, arguments). The Job
+    controller adopts any orphan pod that carries its labels, so the owner reference alone is
+    not enough: a pod made by someone else runs something else, or reports what the load
+    generator measured."""
+    uid = job["metadata"].get("uid", "")
+    if not controlled_by(pod, uid):
+        return False
+    if (pod["metadata"].get("labels") or {}).get(JOB_CONTROLLER_UID) != uid:
+        return False
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    wanted = [_running(c) for c in template.get("containers") or []]
+    return [_running(c) for c in (pod.get("spec") or {}).get("containers") or []] == wanted
+
+
+def _running(container: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        container.get("name"),
+        container.get("image"),
+        container.get("command"),
+        container.get("args"),
+    )
+
+
 @dataclass(frozen=True)
 class LoadState:
     """A load Job as the operator sees it."""
 
-    phase: Literal["Running", "Done", "Failed", "Gone"]
+    phase: Literal["Running", "Done", "Failed", "Gone", "Conflict", "Void"]
     measurement: Measurement | None = None
     detail: str = ""
 
     @classmethod
-    def of(cls, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> LoadState:
+    def of(
+        cls, job: dict[str, Any] | None, pods: list[dict[str, Any]], *, owner_uid: str
+    ) -> LoadState:
+        """The Job counts only when the LLMDeployment (`owner_uid`) controls it, and its
+        result only from a pod the Job controls (by the Job's UID): any other pod, whatever its
+        name or labels, is not read."""
         if job is None or job["metadata"].get("deletionTimestamp"):
             return cls("Gone")
+        if not controlled_by(job, owner_uid):
+            return cls("Conflict", detail=not_ours({"kind": "Job", **job}))
         for pod in pods:
+            if not made_by(pod, job):
+                continue
             for container in (pod.get("status") or {}).get("containerStatuses") or []:
                 terminated = (container.get("state") or {}).get("terminated")
                 if terminated is None:
@@ -108,6 +181,10 @@ class LoadState:
                         return cls("Failed", detail=f"unreadable load result: {message[:300]}")
                 return cls("Failed", detail=f"the load generator failed: {message[-600:]}")
         for condition in (job.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Complete" and condition.get("status") == "True":
+                # Complete, but not by a pod it made: the Job controller counted a pod someone
+                # else made with its labels. Nothing it measured is known: measured again.
+                return cls("Void", detail="the load Job completed through a pod it did not make")
             if condition.get("type") == "Failed" and condition.get("status") == "True":
                 reason = condition.get("reason") or "Failed"
                 return cls(

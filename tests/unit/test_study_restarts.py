@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from slotune import render
+from slotune import render, trials
 from slotune.capacity import Capacity
 from slotune.kube import Ref
 from slotune.reconcile import Monitor, Watch, reconcile
@@ -79,10 +79,19 @@ def world_step(api: MemoryApi) -> None:
             assert "--url" in args
             target = float(args[args.index("--target-rate") + 1])
             message = measured(params, target).model_dump_json()
+            job_uid = obj["metadata"]["uid"]
             api.objects[("v1", "Pod", ns, f"{name}-pod")] = {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": f"{name}-pod", "namespace": ns, "labels": {"job-name": name}},
+                # As the Job controller makes it: controlled by the Job, labelled with its UID.
+                "metadata": {
+                    "name": f"{name}-pod",
+                    "namespace": ns,
+                    "labels": {"job-name": name, trials.JOB_CONTROLLER_UID: job_uid},
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                         "uid": job_uid, "controller": True}],
+                },
+                "spec": copy.deepcopy(obj["spec"]["template"]["spec"]),
                 "status": {"containerStatuses": [
                     {"name": "load", "state": {"terminated": {"exitCode": 0, "message": message}}}
                 ]},
@@ -237,3 +246,29 @@ def test_a_measurement_taken_while_the_gpus_were_throttled_is_taken_again() -> N
     tuning = run_study(api, monitor=throttled_at_first, events=events)
     assert "TrialDiscarded" in events
     assert outcome(api, tuning) == CLEAN["Canary"][0]
+
+
+def test_record_lines_that_do_not_load_are_quarantined_and_the_study_ends_as_it_would_have() -> (
+    None
+):
+    """A hand-edited line, or a NaN stored as null, in `<name>-trials`: moved aside as it was,
+    with an Event, and the study, its verdict and the serving go on."""
+    bad = ['{"number": 9, "params": {}, "state": "Measured", "score": null}', "not json"]
+    passes = {"n": 0}
+    api = MemoryApi()
+
+    def corrupting(*_: Any) -> Watch:
+        passes["n"] += 1
+        key = ("v1", "ConfigMap", NAMESPACE, f"{NAME}-trials")
+        if passes["n"] == 6 and key in api.objects:
+            data = api.objects[key]["data"]
+            data["trials.jsonl"] += "\n".join(bad) + "\n"
+        return Watch()
+
+    events: list[str] = []
+    tuning = run_study(api, monitor=corrupting, events=events)
+    assert events.count("RecordsQuarantined") == 1
+    assert outcome(api, tuning) == CLEAN["Canary"][0]
+    kept = api.get(Ref("v1", "ConfigMap", NAMESPACE, f"{NAME}-trials"))
+    assert kept is not None
+    assert kept["data"]["unreadable.jsonl"].splitlines() == bad

@@ -20,7 +20,15 @@ from slotune.capacity import Capacity
 from slotune.models import CurrentTrial, LLMDeploymentSpec, TunedConfig, TuningStatus
 from slotune.tuner.records import Measurement, TrialRecord, TrialState
 from slotune.tuner.sampling import infeasible_constraints
-from slotune.tuning.transitions import Apply, Decision, Live, Settings, Situation, decide
+from slotune.tuning.transitions import (
+    Apply,
+    Decision,
+    Live,
+    Quarantine,
+    Settings,
+    Situation,
+    decide,
+)
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="u-1")
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
@@ -65,9 +73,13 @@ class Observed:
         default_factory=dict
     )
     serving: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    quarantined: dict[int, Quarantine] = field(default_factory=dict)
 
     def records(self, study: int) -> list[TrialRecord]:
         return self.records_by_study.get(study, [])
+
+    def quarantine(self, study: int) -> Quarantine:
+        return self.quarantined.get(study, Quarantine())
 
     def trial_objects(self) -> list[dict[str, Any]]:
         return self.objects
@@ -91,6 +103,7 @@ def trial_object(kind: str, study: int, trial: int, *, deleting: bool = False) -
         "name": render.child_name(OWNER, prefix, study, trial),
         "namespace": OWNER.namespace,
         "labels": {render.LABEL_STUDY: str(study), render.LABEL_TRIAL: str(trial)},
+        "ownerReferences": [OWNER.reference()],
     }
     if deleting:
         meta["deletionTimestamp"] = "2026-12-05T08:59:00Z"
@@ -99,19 +112,20 @@ def trial_object(kind: str, study: int, trial: int, *, deleting: bool = False) -
 
 def ready_pod(ip: str = "10.0.0.7") -> dict[str, Any]:
     return {
-        "metadata": {"name": "p", "labels": {}},
+        "metadata": {"name": "p", "labels": {}, "ownerReferences": [OWNER.reference()]},
         "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
     }
 
 
 def starting_pod() -> dict[str, Any]:
-    return {"metadata": {"name": "p", "labels": {}}, "status": {"phase": "Pending"}}
+    meta = {"name": "p", "labels": {}, "ownerReferences": [OWNER.reference()]}
+    return {"metadata": meta, "status": {"phase": "Pending"}}
 
 
 def oom_pod() -> dict[str, Any]:
     terminated = {"exitCode": 137, "reason": "OOMKilled", "message": "Loading weights"}
     return {
-        "metadata": {"name": "p", "labels": {}},
+        "metadata": {"name": "p", "labels": {}, "ownerReferences": [OWNER.reference()]},
         "status": {"containerStatuses": [{"name": "vllm", "state": {"terminated": terminated}}]},
     }
 
@@ -123,7 +137,8 @@ def unschedulable_pod() -> dict[str, Any]:
         "reason": "Unschedulable",
         "message": "0/3 nodes have a free GPU",
     }
-    return {"metadata": {"name": "p", "labels": {}}, "status": {"conditions": [scheduled]}}
+    meta = {"name": "p", "labels": {}, "ownerReferences": [OWNER.reference()]}
+    return {"metadata": meta, "status": {"conditions": [scheduled]}}
 
 
 def crashing_pod() -> dict[str, Any]:
@@ -146,12 +161,20 @@ MEASURED = Measurement(
 
 
 def load_job(*, exit_code: int | None = None, message: str = "") -> tuple[Any, list[Any]]:
-    job = {"metadata": {"name": "j"}, "status": {}}
+    job = {"metadata": {"name": "j", "uid": "job-uid", "ownerReferences": [OWNER.reference()]}}
     if exit_code is None:
-        return job, []
+        return {**job, "status": {}}, []
     terminated = {"exitCode": exit_code, "message": message}
-    pods = [{"status": {"containerStatuses": [{"state": {"terminated": terminated}}]}}]
-    return job, pods
+    # As the Job controller makes it: controlled by the Job, labelled with its UID.
+    meta = {
+        "name": "j-pod",
+        "labels": {trials.JOB_CONTROLLER_UID: "job-uid"},
+        "ownerReferences": [{"kind": "Job", "name": "j", "uid": "job-uid", "controller": True}],
+    }
+    pods = [
+        {"metadata": meta, "status": {"containerStatuses": [{"state": {"terminated": terminated}}]}}
+    ]
+    return {**job, "status": {}}, pods
 
 
 def record(number: int, state: TrialState = TrialState.FAILED, **extra: Any) -> TrialRecord:

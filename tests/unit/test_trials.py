@@ -6,6 +6,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from slotune import render, trials
 from slotune.capacity import Capacity, MeasureRequest
 from slotune.models import LLMDeploymentSpec, TuningStatus
@@ -111,33 +114,66 @@ def test_a_pod_being_deleted_is_gone() -> None:
     assert trials.PodState.of(deleting).phase == "Gone"
 
 
-def job(conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "chat-load-1-0"}, "status": {"conditions": conditions or []}}
+JOB_UID = "job-uid"
+LOAD = {"name": "load", "image": "slotune:1", "command": ["slotune"], "args": ["trial-load"]}
 
 
-def load_pod(exit_code: int, message: str) -> dict[str, Any]:
-    terminated = {"exitCode": exit_code, "message": message}
+def job(conditions: list[dict[str, Any]] | None = None, **meta: Any) -> dict[str, Any]:
     return {
-        "status": {"containerStatuses": [{"name": "load", "state": {"terminated": terminated}}]}
+        "metadata": {
+            "name": "chat-load-1-0",
+            "uid": JOB_UID,
+            "ownerReferences": [OWNER.reference()],
+            **meta,
+        },
+        "spec": {"template": {"spec": {"containers": [LOAD]}}},
+        "status": {"conditions": conditions or []},
+    }
+
+
+def load_pod(
+    exit_code: int,
+    message: str,
+    *,
+    job_uid: str = JOB_UID,
+    container: dict[str, Any] = LOAD,
+    **meta: Any,
+) -> dict[str, Any]:
+    """A load pod as the Job controller makes it: controlled by the Job, labelled with its UID."""
+    terminated = {"exitCode": exit_code, "message": message}
+    reference = {"kind": "Job", "name": "chat-load-1-0", "uid": job_uid, "controller": True}
+    return {
+        "metadata": {
+            "name": "chat-load-1-0-x",
+            "labels": {"job-name": "chat-load-1-0", trials.JOB_CONTROLLER_UID: job_uid},
+            "ownerReferences": [reference],
+            **meta,
+        },
+        "spec": {"containers": [container]},
+        "status": {"containerStatuses": [{"name": "load", "state": {"terminated": terminated}}]},
     }
 
 
 def test_a_finished_load_job_hands_back_its_measurement() -> None:
     found = Capacity(capacity=2.2, upper=2.5, target_rate=2.2, feasible=True, stopped="bracketed")
     measured = Measurement(capacity=found, slo_percentiles={"ttft": 0.4, "tpot": 0.03})
-    state = trials.LoadState.of(job(), [load_pod(0, measured.model_dump_json())])
+    state = trials.LoadState.of(
+        job(), [load_pod(0, measured.model_dump_json())], owner_uid=OWNER.uid
+    )
     assert state.phase == "Done"
     assert state.measurement == measured
 
 
 def test_a_failed_load_job_says_why() -> None:
-    state = trials.LoadState.of(job(), [load_pod(1, "Traceback ...\nConnectionRefusedError")])
+    state = trials.LoadState.of(
+        job(), [load_pod(1, "Traceback ...\nConnectionRefusedError")], owner_uid=OWNER.uid
+    )
     assert state.phase == "Failed"
     assert "ConnectionRefusedError" in state.detail
     deadline = [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": ""}]
-    assert trials.LoadState.of(job(deadline), []).phase == "Failed"
-    assert trials.LoadState.of(job(), []).phase == "Running"
-    assert trials.LoadState.of(None, []).phase == "Gone"
+    assert trials.LoadState.of(job(deadline), [], owner_uid=OWNER.uid).phase == "Failed"
+    assert trials.LoadState.of(job(), [], owner_uid=OWNER.uid).phase == "Running"
+    assert trials.LoadState.of(None, [], owner_uid=OWNER.uid).phase == "Gone"
 
 
 def test_the_study_restarts_only_for_changes_that_change_what_it_measures() -> None:
@@ -228,3 +264,59 @@ def test_the_load_job_runs_the_operator_image_and_reports_through_its_terminatio
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def test_a_load_result_counts_only_from_a_pod_the_job_controls() -> None:
+    """A pod anyone made under the Job's name and labels reports nothing: the result is read
+    only from a pod controlled by the Job's UID, labelled with it, running its template."""
+    found = Capacity(capacity=9.0, upper=None, target_rate=2.2, feasible=True, stopped="all passed")
+    forged = Measurement(capacity=found).model_dump_json()
+    copied_labels = load_pod(0, forged, ownerReferences=[])  # the labels, no controller
+    other_job = load_pod(0, forged, job_uid="another-job")  # controlled by another Job
+    # The Job controller adopts an orphan with its labels: the pod must also run its template.
+    adopted = load_pod(0, forged, container={**LOAD, "image": "busybox", "args": ["echo"]})
+    for pod in (copied_labels, other_job, adopted):
+        assert trials.LoadState.of(job(), [pod], owner_uid=OWNER.uid).phase == "Running"
+
+
+def test_a_job_or_pod_slotune_does_not_control_is_a_conflict_never_the_trials() -> None:
+    """A Job at the load Job's name, or a pod at the trial pod's name, that this LLMDeployment
+    does not control is a conflict: not read, and (by the study) not deleted."""
+    squatting_job = job(ownerReferences=[])
+    state = trials.LoadState.of(squatting_job, [load_pod(0, "{}")], owner_uid=OWNER.uid)
+    assert state.phase == "Conflict"
+    assert "already exists" in state.detail
+    ready = pod({"podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]})
+    assert trials.PodState.of(ready, owner_uid=OWNER.uid).phase == "Conflict"
+    ready["metadata"]["ownerReferences"] = [OWNER.reference()]
+    assert trials.PodState.of(ready, owner_uid=OWNER.uid).phase == "Ready"
+    # Named as the owner but another object (another UID): still not ours.
+    ready["metadata"]["ownerReferences"] = [{**OWNER.reference(), "uid": "u-2"}]
+    assert trials.PodState.of(ready, owner_uid=OWNER.uid).phase == "Conflict"
+
+
+def test_a_measurement_refuses_figures_no_measurement_makes() -> None:
+    """NaN, infinity and negative figures are refused where a measurement is made and where it
+    is read (JSON keeps NaN as null, which would not load back)."""
+    with pytest.raises(ValidationError):
+        Measurement(request_throughput=float("nan"))
+    with pytest.raises(ValidationError):
+        Measurement(ttft_p95=-1.0)
+    with pytest.raises(ValidationError):
+        Capacity(capacity=-2.0, target_rate=2.0, feasible=False, stopped="x")
+    with pytest.raises(ValidationError):
+        Capacity(capacity=2, estimate=float("inf"), target_rate=2, feasible=True, stopped="x")
+    text = json.dumps(
+        {
+            "capacity": {
+                "capacity": 2,
+                "target_rate": 2,
+                "feasible": True,
+                "stopped": "x",
+                "estimate": -3,
+            }
+        }
+    )
+    state = trials.LoadState.of(job(), [load_pod(0, text)], owner_uid=OWNER.uid)
+    assert state.phase == "Failed"
+    assert "unreadable load result" in state.detail

@@ -11,9 +11,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from slotune.capacity import Capacity, Ceiling
+from slotune.capacity import Capacity, Ceiling, non_negative
 
 
 class TrialState(StrEnum):
@@ -25,7 +25,10 @@ class TrialState(StrEnum):
 class Measurement(BaseModel):
     """What one trial's measurement saw: its capacity (the rate search, every probe), the
     engine's ceilings where this trial measured them, and the figures of the probe at the
-    target rate, which status and events show."""
+    target rate, which status and events show. Every figure is finite and non-negative: one
+    that is not was not measured, and is refused where it is made and where it is read."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     capacity: Capacity | None = None
     ceiling: Ceiling | None = None
@@ -47,6 +50,11 @@ class Measurement(BaseModel):
     send_rate: float = 0.0
     scheduling_lag_p99: float | None = None
 
+    @model_validator(mode="after")
+    def _measured(self) -> Measurement:
+        non_negative(self)
+        return self
+
     @property
     def capacity_rate(self) -> float:
         """Requests/s carried within every SLO target (0 when not even the lowest rate was)."""
@@ -54,6 +62,8 @@ class Measurement(BaseModel):
 
 
 class TrialRecord(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)  # NaN would be stored as null
+
     number: int
     phase: Literal["screen", "finalist"] = "screen"
     label: str | None = Field(default=None, description="e.g. vllm-defaults, current")
@@ -114,7 +124,26 @@ def dumps(records: list[TrialRecord]) -> str:
 
 
 def loads(text: str) -> list[TrialRecord]:
+    """Records from JSON lines; raises on a line that is not one (a file slotune wrote)."""
     return [TrialRecord.model_validate_json(line) for line in text.splitlines() if line.strip()]
+
+
+def loads_readable(text: str) -> tuple[list[TrialRecord], list[tuple[str, str]]]:
+    """The records that load, and the lines that do not with why each does not (records kept
+    where others can edit them: one bad line must not stop the study or the serving beside
+    it)."""
+    records: list[TrialRecord] = []
+    unreadable: list[tuple[str, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(TrialRecord.model_validate_json(line))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "the line"
+            unreadable.append((line, f"line {number}: {where}: {first['msg']}"))
+    return records, unreadable
 
 
 class RecordStore:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from slotune import render
+from slotune import render, trials
 from slotune.kube import KubeApi, Ref
-from slotune.tuner.records import TrialRecord, loads
+from slotune.tuner.records import TrialRecord, loads_readable
+from slotune.tuning.transitions import Quarantine
 
 T = TypeVar("T")
 
@@ -28,16 +29,27 @@ class KubeObservation:
         found: T = self._seen[key]
         return found
 
-    def records(self, study: int) -> list[TrialRecord]:
-        def read() -> list[TrialRecord]:
+    def _kept(self, study: int) -> tuple[list[TrialRecord], Quarantine]:
+        def read() -> tuple[list[TrialRecord], Quarantine]:
             name = render.child_name(self.owner, "trials")
             config_map = self.kube.get(Ref("v1", "ConfigMap", self.owner.namespace, name))
-            data = (config_map or {}).get("data") or {}
+            if config_map is None or not trials.controlled_by(config_map, self.owner.uid):
+                return [], Quarantine()  # someone else's is a conflict (`reconcile`)
+            data = config_map.get("data") or {}
             if data.get("study") != str(study):
-                return []
-            return loads(data.get(render.RECORDS_KEY, ""))
+                return [], Quarantine()
+            records, unreadable = loads_readable(data.get(render.RECORDS_KEY, ""))
+            kept = data.get(render.QUARANTINE_KEY, "")
+            kept += "".join(line + "\n" for line, _ in unreadable)
+            return records, Quarantine(kept=kept, new=[why for _, why in unreadable])
 
         return self._once(("records", study), read)
+
+    def records(self, study: int) -> list[TrialRecord]:
+        return self._kept(study)[0]
+
+    def quarantine(self, study: int) -> Quarantine:
+        return self._kept(study)[1]
 
     def trial_objects(self) -> list[dict[str, Any]]:
         def read() -> list[dict[str, Any]]:
@@ -62,8 +74,12 @@ class KubeObservation:
         def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
             ns = self.owner.namespace
             job = self.kube.get(Ref("batch/v1", "Job", ns, name))
-            pods = self.kube.list("v1", "Pod", ns, {"job-name": name}) if job else []
-            return job, pods
+            if job is None:
+                return None, []
+            # The pods the Job controller made carry the Job's UID (anyone may name a pod
+            # like a Job's; `trials.LoadState` also checks their owner reference).
+            uid = job["metadata"].get("uid", "")
+            return job, self.kube.list("v1", "Pod", ns, {trials.JOB_CONTROLLER_UID: uid})
 
         return self._once(("job", name), read)
 

@@ -82,12 +82,24 @@ class Situation:
     settings: Settings = field(default_factory=Settings)
 
 
+@dataclass(frozen=True)
+class Quarantine:
+    """Record lines that did not load: all of them as kept (`kept`, JSON lines), and why each
+    one found in the records this step did not (`new`)."""
+
+    kept: str = ""
+    new: list[str] = field(default_factory=list)
+
+
 class Observation(Protocol):
     """What the API holds that a step may look at; each read is made at most once a step
     (`slotune.tuning.observe.KubeObservation`), or given as plain data in tests."""
 
     def records(self, study: int) -> list[TrialRecord]:
         """The trial records kept for `study` (none when the kept ones are another study's)."""
+
+    def quarantine(self, study: int) -> Quarantine:
+        """The record lines of `study` that did not load."""
 
     def trial_objects(self) -> list[dict[str, Any]]:
         """The owner's trial pods and load Jobs, deleting ones included."""
@@ -216,6 +228,7 @@ class StudyStep:
         self.events: list[Event] = []
         self.actions: list[Action] = []
         self._deleted: set[tuple[str, str]] = set()
+        self._quarantined: set[int] = set()  # studies whose unreadable records were moved
         previous = situation.previous
         self.tuning = (
             previous.model_copy(deep=True, update={"max_trials": self.spec.tuning.max_trials})
@@ -414,7 +427,9 @@ class StudyStep:
             current.pod = name
             return self._result(tuning)
         waited = (self.now - current.since).total_seconds()
-        state = trials.PodState.of(pod, startup_seconds=waited)
+        state = trials.PodState.of(pod, startup_seconds=waited, owner_uid=self.owner.uid)
+        if state.phase == "Conflict":
+            return self._conflict(tuning, current, state.detail)
         if state.phase == "Ready" and state.ip:
             return self._start_load(tuning, current, records, f"http://{state.ip}:{self._port}")
         if state.phase == "Failed":
@@ -440,6 +455,23 @@ class StudyStep:
                 Launch(TrialState.FAILED, cause=cause, failure_kind="Timeout"),
             )
         return self._result(tuning)
+
+    def _conflict(self, tuning: TuningStatus, current: CurrentTrial, detail: str) -> Decision:
+        """Someone else's object sits at the trial's name: the trial waits, and says so. It is
+        never adopted, read or deleted; once it is gone the trial goes on."""
+        if current.note != detail:
+            self.events.append(
+                Event("Warning", "ChildConflict", f"Trial {current.number}: {detail}")
+            )
+        current.note = detail
+        decision = self._result(tuning)
+        decision.row = (
+            ConditionType.TUNING,
+            "True",
+            "ChildConflict",
+            f"trial {current.number}: {detail}",
+        )
+        return decision
 
     def _launching_in_place(
         self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord]
@@ -512,7 +544,9 @@ class StudyStep:
         ns = self.owner.namespace
         if self.spec.tuning.strategy == "Canary":
             pod_name = render.child_name(self.owner, "trial", tuning.study, current.number)
-            engine = trials.PodState.of(self.seen.trial_pod(pod_name))
+            engine = trials.PodState.of(self.seen.trial_pod(pod_name), owner_uid=self.owner.uid)
+            if engine.phase == "Conflict":
+                return self._conflict(tuning, current, engine.detail)
             if engine.phase in ("Failed", "Gone"):
                 cause = "the engine stopped while it was measured"
                 if engine.detail:
@@ -534,7 +568,21 @@ class StudyStep:
             )
         job_name = render.child_name(self.owner, "load", tuning.study, current.number)
         job, pods = self.seen.load_job(job_name)
-        load = trials.LoadState.of(job, pods)
+        load = trials.LoadState.of(job, pods, owner_uid=self.owner.uid)
+        if load.phase == "Conflict":
+            return self._conflict(tuning, current, load.detail)
+        if load.phase == "Void":
+            self._delete(Delete("batch/v1", "Job", ns, job_name))
+            if current.note != load.detail:
+                self.events.append(
+                    Event(
+                        "Warning",
+                        "TrialDiscarded",
+                        f"Trial {current.number}: measurement discarded, {load.detail}",
+                    )
+                )
+            current.note = load.detail
+            return self._result(tuning)  # once it is gone, the trial is measured again
         if load.phase == "Gone":
             current.step = "Launching"  # measured again, once the engine is (still) ready
             return self._result(tuning, progressed=True)
@@ -696,10 +744,27 @@ class StudyStep:
     # -- objects ---------------------------------------------------------------------------
 
     def _records(self, study: int) -> list[TrialRecord]:
-        return self.seen.records(study)
+        records = self.seen.records(study)
+        quarantine = self.seen.quarantine(study)
+        if quarantine.new and study not in self._quarantined:
+            # Moved aside at once, as they were, so that the study and the serving go on.
+            self._quarantined.add(study)
+            name = render.child_name(self.owner, "trials")
+            self.events.append(
+                Event(
+                    "Warning",
+                    "RecordsQuarantined",
+                    f"{len(quarantine.new)} trial record(s) of study {study} in ConfigMap {name} "
+                    f"did not load and were moved to its {render.QUARANTINE_KEY} key; the study "
+                    f"goes on without them ({'; '.join(quarantine.new)[:600]})",
+                )
+            )
+            self._save_records(study, records)
+        return records
 
     def _save_records(self, study: int, records: list[TrialRecord]) -> None:
-        self.actions.append(Apply(render.render_records(self.owner, study, dumps(records))))
+        kept = self.seen.quarantine(study).kept
+        self.actions.append(Apply(render.render_records(self.owner, study, dumps(records), kept)))
 
     def _delete(self, action: Delete) -> None:
         self._deleted.add((action.kind, action.name))
@@ -717,6 +782,7 @@ class StudyStep:
             )
             if (
                 mine
+                or not trials.controlled_by(obj, self.owner.uid)  # never someone else's
                 or meta.get("deletionTimestamp")
                 or (obj["kind"], meta["name"]) in self._deleted
             ):
@@ -728,7 +794,9 @@ class StudyStep:
         step: the next step looks again)."""
         pod = self.seen.trial_pod(render.child_name(self.owner, "trial", study, trial))
         job, _ = self.seen.load_job(render.child_name(self.owner, "load", study, trial))
-        return pod is not None or job is not None
+        return any(
+            obj is not None and trials.controlled_by(obj, self.owner.uid) for obj in (pod, job)
+        )
 
     def _serving_pods(self, config_hash: str) -> list[dict[str, Any]]:
         return self.seen.serving_pods(config_hash)

@@ -1,0 +1,212 @@
+"""Spec errors found before apply: the free-form fields checked against the Kubernetes API's
+own types, environment names given twice or set by slotune, and the API server's answers that
+are about the object (refused the same on every retry) told from those about the moment."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from slotune import render
+from slotune.engine import engine_for
+from slotune.kube import KubeError, Ref, schema_problems
+from slotune.models import LLMDeploymentStatus
+from slotune.reconcile import reconcile
+from slotune.spec import env_set_by_slotune, parse_spec
+from support.memkube import MemoryApi
+
+NOW = datetime(2026, 12, 6, 8, 0, tzinfo=UTC)
+
+
+def raw(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": {
+            "name": "m",
+            "source": {"huggingFace": {"tokenSecretRef": {"name": "hf", "key": "token"}}},
+        },
+        "engine": {"image": "vllm/vllm-openai:v0.32.0", "args": {"maxNumBatchedTokens": 2048}},
+    }
+    for path, value in overrides.items():
+        *parents, last = path.split(".")
+        node = spec
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return spec
+
+
+def problems(spec: dict[str, Any]) -> list[str]:
+    parsed, found = parse_spec(spec, schema_problems)
+    assert parsed is not None
+    return found
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (
+            "engine.securityContext",
+            {"allowPrivilegeEscalaton": False},
+            "spec.engine.securityContext.allowPrivilegeEscalaton: not a field of SecurityContext; "
+            "did you mean allowPrivilegeEscalation?",
+        ),
+        (
+            "engine.securityContext",
+            {"capabilities": {"drop": ["ALL"], "ad": ["NET_ADMIN"]}},
+            "spec.engine.securityContext.capabilities.ad: not a field of Capabilities; did you "
+            "mean add?",
+        ),
+        (
+            "engine.securityContext",
+            {"runAsUser": "root"},
+            "spec.engine.securityContext.runAsUser: input should be a valid integer",
+        ),
+        (
+            "podSecurityContext",
+            {"run_as_non_root": True},
+            "spec.podSecurityContext.run_as_non_root: not a field of PodSecurityContext; did you "
+            "mean runAsNonRoot?",
+        ),
+        (
+            "scheduling.tolerations",
+            [{"key": "gpu", "operator": "Exists"}, {"key": "a", "opertor": "Exists"}],
+            "spec.scheduling.tolerations[1].opertor: not a field of Toleration; did you mean "
+            "operator?",
+        ),
+        (
+            "scheduling.affinity",
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu"}]}]}}},
+            "spec.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].operator: field required",
+        ),
+        (
+            "engine.env",
+            [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}],
+            "spec.engine.env[1].name: A is given twice (also at env[0]); keep one",
+        ),
+        (
+            "engine.env",
+            [{"name": "HF_TOKEN", "value": "x"}],
+            "spec.engine.env[0].name: HF_TOKEN is not set here: slotune reads it from "
+            "model.source.huggingFace.tokenSecretRef",
+        ),
+        (
+            "engine.env",
+            [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+            "spec.engine.env[0].name: VLLM_SERVER_DEV_MODE is not set here",
+        ),
+    ],
+)  # fmt: skip
+def test_a_typo_in_a_field_passed_to_kubernetes_is_a_spec_error(
+    path: str, value: Any, expected: str
+) -> None:
+    found = problems(raw(**{path: value}))
+    assert any(problem.startswith(expected) for problem in found), found
+
+
+def test_well_formed_free_form_fields_pass() -> None:
+    spec = raw(
+        **{
+            "engine.securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+            "scheduling.tolerations": [
+                {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "scheduling.affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "gpu", "operator": "In", "values": ["h100"]}]}]}}},
+            "engine.env": [{"name": "A", "value": "1"}],
+        }
+    )  # fmt: skip
+    assert problems(spec) == []
+
+
+def test_every_variable_slotune_sets_is_reserved() -> None:
+    """What render puts in the engine's environment beside `engine.env` is exactly what the
+    spec check refuses there, so a duplicate can never reach the API server."""
+    spec = raw(**{"engine.apiKeySecretRef": {"name": "k", "key": "key"}})
+    parsed, _ = parse_spec(spec)
+    assert parsed is not None
+    owner = render.Owner(name="m", namespace="ns", uid="u")
+    pod = render.render_trial_pod(owner, parsed, {}, 1, 0)
+    rendered = {var["name"] for var in pod["spec"]["containers"][0]["env"]}
+    assert rendered == set(env_set_by_slotune(parsed, engine_for("vllm")))
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "rejected"),
+    [
+        (422, "Deployment.apps is invalid", True),
+        (500, 'failed to create typed patch object (ns/x; apps/v1, Kind=Deployment): '
+              '.spec.template.spec.containers[name="vllm"].securityContext.x: field not '
+              'declared in schema', True),
+        (500, '.spec.template.spec.containers[name="vllm"].env: duplicate entries for key '
+              '[name="A"]', True),
+        (500, "etcdserver: request timed out", False),
+        (503, "the server is currently unable to handle the request", False),
+        (403, "exceeded quota", False),
+    ],
+)  # fmt: skip
+def test_an_answer_about_the_object_is_a_spec_error_one_about_the_moment_is_retried(
+    status: int, message: str, rejected: bool
+) -> None:
+    assert KubeError(status, "x", message).rejected is rejected
+
+
+class RefusingApi(MemoryApi):
+    """Answers an apply of a Deployment of more than one replica as server-side apply answers
+    a field its schema lacks (500, every time)."""
+
+    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        if obj["kind"] == "Deployment" and obj["spec"].get("replicas", 1) > 1:
+            raise KubeError(
+                500,
+                "Internal Server Error",
+                "failed to create typed patch object (ns/m; apps/v1, Kind=Deployment): "
+                ".spec.template.spec.x: field not declared in schema",
+            )
+        return super().apply(obj, subresource=subresource)
+
+
+def test_a_refused_apply_is_invalid_and_the_last_good_spec_keeps_serving() -> None:
+    api = RefusingApi()
+    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
+    body = {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": raw(),
+    }
+    api.objects[MemoryApi._key(ref)] = copy.deepcopy(body)
+    reconcile(api.get(ref) or {}, api, NOW)
+    good = api.get(Ref("apps/v1", "Deployment", "ns", "m"))
+    assert good is not None
+
+    edited = api.get(ref) or {}
+    edited["spec"]["replicas"] = 2
+    edited["metadata"]["generation"] = 2
+    api.objects[MemoryApi._key(ref)] = edited
+    done = reconcile(api.get(ref) or {}, api, NOW)
+    assert done.apply_failure is None  # not retried with back-off
+    assert done.invalid is not None
+    assert "field not declared in schema" in done.invalid
+    status = LLMDeploymentStatus.model_validate((api.get(ref) or {})["status"])
+    assert status.phase == "Invalid"
+    assert status.serving_spec == raw()  # the last good, not the refused one
+
+    # Deleted meanwhile, the Deployment comes back at the last good spec.
+    del api.objects[("apps/v1", "Deployment", "ns", "m")]
+    reconcile(api.get(ref) or {}, api, NOW)
+    back = api.get(Ref("apps/v1", "Deployment", "ns", "m"))
+    assert back is not None
+    assert back["spec"]["replicas"] == 1
+    assert back["spec"]["template"] == good["spec"]["template"]
