@@ -204,6 +204,22 @@ def test_the_admission_policy_limits_images_priority_classes_and_tolerations(
         )
         gpu = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         assert refusal("tol", scheduling={"tolerations": gpu}) == ""
+
+        # No privilege: privileged, added capabilities, root.
+        def with_context(context: dict[str, Any]) -> dict[str, Any]:
+            return {**with_image("vllm/vllm-openai:v0.32.0"), "securityContext": context}
+
+        assert "securityContext.privileged is not allowed here" in refusal(
+            "priv", engine=with_context({"privileged": True})
+        )
+        assert "capabilities.add is not allowed here" in refusal(
+            "caps", engine=with_context({"capabilities": {"add": ["SYS_ADMIN"]}})
+        )
+        assert "running as root" in refusal("root", podSecurityContext={"runAsUser": 0})
+        assert "running as root" in refusal("root", engine=with_context({"runAsNonRoot": False}))
+        restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        assert refusal("fine", engine=with_context(restricted)) == ""
+        assert refusal("fine", podSecurityContext={"runAsNonRoot": True, "runAsUser": 1000}) == ""
         # Elsewhere the policy does not apply.
         elsewhere = llmd("miner", "default", engine=with_image("evil.example/miner:1"))
         assert cluster.apply(elsewhere, "--dry-run=server").returncode == 0
