@@ -41,6 +41,7 @@ PLURALS: dict[str, str] = {
     "ConfigMap": "configmaps",
     "Job": "jobs",
     "Lease": "leases",
+    "Namespace": "namespaces",
     models.KIND: models.PLURAL,
 }
 
@@ -160,6 +161,8 @@ class Ref:
         return cls(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
 
     def collection(self) -> str:
+        if self.kind == "Namespace":  # the one cluster-scoped kind slotune reads
+            return "/api/v1/namespaces"
         base = "/api" if "/" not in self.api_version else "/apis"
         return f"{base}/{self.api_version}/namespaces/{self.namespace}/{PLURALS[self.kind]}"
 

@@ -17,7 +17,7 @@ from slotune import render, tuning
 from slotune.engine import ENGINES
 from slotune.kube import KubeApi, KubeError, Ref, schema_problems
 from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
-from slotune.spec import parse_spec
+from slotune.spec import PSA_ENFORCE_LABEL, parse_spec, privilege_asked, privilege_problems
 from slotune.status import (
     ConditionRow,
     DeploymentState,
@@ -126,6 +126,7 @@ def reconcile(
     serving_spec = previous.serving_spec
     has_pod_monitor = False
     if spec is not None and not problems:
+        problems += _privilege(spec, owner.namespace, kube)
         has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
         if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
             problems.append(
@@ -158,13 +159,16 @@ def reconcile(
             owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
         )
         problems += rejected
-        if not rejected and apply_failure is None:
-            # The last good spec is the last one the server took whole.
-            serving_spec = body.get("spec") or {}
-        elif rejected and serving_spec:
-            deployment, apply_failure = _keep_last_good(
-                owner, serving_spec, previous, kube, deployment, events=events
-            )
+        deployment, apply_failure, serving_spec = _after_apply(
+            owner,
+            body,
+            previous,
+            kube,
+            deployment,
+            rejected=rejected,
+            apply_failure=apply_failure,
+            events=events,
+        )
     elif problems and serving_spec:
         # The spec is invalid: the children are kept at the last good one, and repaired to it
         # when they are scaled, edited or deleted meanwhile.
@@ -202,6 +206,47 @@ def reconcile(
         outcome.invalid = "; ".join(problems)
     outcome.apply_failure = apply_failure
     return outcome
+
+
+def _after_apply(
+    owner: render.Owner,
+    body: dict[str, Any],
+    previous: LLMDeploymentStatus,
+    kube: KubeApi,
+    deployment: dict[str, Any] | None,
+    *,
+    rejected: list[str],
+    apply_failure: str | None,
+    events: list[Event],
+) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+    """The last good spec after an apply of the current one: the current one when the server
+    took it whole; else the previous, whose children are applied again when the server refused
+    the new ones as invalid (a Deployment deleted meanwhile comes back)."""
+    serving_spec = previous.serving_spec
+    if not rejected and apply_failure is None:
+        return deployment, None, body.get("spec") or {}
+    if rejected and serving_spec:
+        deployment, apply_failure = _keep_last_good(
+            owner, serving_spec, previous, kube, deployment, events=events
+        )
+    return deployment, apply_failure, serving_spec
+
+
+def _privilege(spec: LLMDeploymentSpec, namespace: str, kube: KubeApi) -> list[str]:
+    """The privilege the spec asks for that its namespace's Pod Security level does not allow
+    (the namespace is read only when the spec asks for any)."""
+    asked = privilege_asked(spec)
+    if not asked:
+        return []
+    try:
+        found = kube.get(Ref("v1", "Namespace", "", namespace)) or {}
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        return [f"{what}: slotune cannot read namespace {namespace}'s Pod Security level "
+                f"(grant it get on namespaces)" for what, _ in asked]  # fmt: skip
+    level = ((found.get("metadata") or {}).get("labels") or {}).get(PSA_ENFORCE_LABEL)
+    return privilege_problems(asked, namespace, level)
 
 
 def _keep_last_good(

@@ -149,3 +149,59 @@ def kind_of(raw: dict[str, Any]) -> str:
     engine = raw.get("engine")
     kind = engine.get("kind") if isinstance(engine, dict) else None
     return kind if isinstance(kind, str) else DEFAULT_KIND
+
+
+# Pod Security Standards: the levels in order, the namespace label that enforces one, and the
+# capabilities the baseline level lets a container add.
+PSA_LEVELS = ("restricted", "baseline", "privileged")
+PSA_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+        "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+    }
+)  # fmt: skip
+
+
+def privilege_asked(spec: LLMDeploymentSpec) -> list[tuple[str, str]]:
+    """What of the pods' security contexts needs more than the restricted level, each with the
+    level that allows it: `(what, level)`."""
+    container = spec.engine.security_context
+    pod = spec.pod_security_context
+    asked: list[tuple[str, str]] = []
+    if container.get("privileged") is True:
+        asked.append(("spec.engine.securityContext.privileged: true", "privileged"))
+    added = (container.get("capabilities") or {}).get("add") or []
+    beyond = sorted(
+        str(c) for c in added if str(c).removeprefix("CAP_") not in BASELINE_CAPABILITIES
+    )
+    if beyond:
+        asked.append(
+            (f"spec.engine.securityContext.capabilities.add: {', '.join(beyond)}", "privileged")
+        )
+    for where, context in (
+        ("spec.engine.securityContext", container),
+        ("spec.podSecurityContext", pod),
+    ):
+        if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
+            asked.append((f"{where}.seccompProfile.type: Unconfined", "privileged"))
+        if context.get("runAsUser") == 0:
+            asked.append((f"{where}.runAsUser: 0 (root)", "baseline"))
+    if container.get("procMount") == "Unmasked":
+        asked.append(("spec.engine.securityContext.procMount: Unmasked", "privileged"))
+    return asked
+
+
+def privilege_problems(
+    asked: list[tuple[str, str]], namespace: str, level: str | None
+) -> list[str]:
+    """What the namespace's enforced Pod Security level (`level`, None: not labelled) does not
+    allow. slotune asks for the label itself: a namespace without one gets no privileged or
+    root engine through it, whatever the cluster's default."""
+    allowed = PSA_LEVELS.index(level) if level in PSA_LEVELS else -1
+    return [
+        f"{what}: namespace {namespace} does not allow it (label it "
+        f"{PSA_ENFORCE_LABEL}={needed} to allow it, if its owner agrees)"
+        for what, needed in asked
+        if PSA_LEVELS.index(needed) > allowed
+    ]

@@ -15,7 +15,7 @@ from slotune.engine import engine_for
 from slotune.kube import KubeError, Ref, schema_problems
 from slotune.models import LLMDeploymentStatus
 from slotune.reconcile import reconcile
-from slotune.spec import env_set_by_slotune, parse_spec
+from slotune.spec import env_set_by_slotune, parse_spec, privilege_asked, privilege_problems
 from support.memkube import MemoryApi
 
 NOW = datetime(2026, 12, 6, 8, 0, tzinfo=UTC)
@@ -210,3 +210,54 @@ def test_a_refused_apply_is_invalid_and_the_last_good_spec_keeps_serving() -> No
     assert back is not None
     assert back["spec"]["replicas"] == 1
     assert back["spec"]["template"] == good["spec"]["template"]
+
+
+PRIVILEGED = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN", "CHOWN"]}}
+
+
+def test_privilege_a_spec_asks_for_and_the_level_that_allows_it() -> None:
+    parsed, _ = parse_spec(
+        raw(**{"engine.securityContext": PRIVILEGED, "podSecurityContext": {"runAsUser": 0}})
+    )
+    assert parsed is not None
+    asked = privilege_asked(parsed)
+    assert asked == [
+        ("spec.engine.securityContext.privileged: true", "privileged"),
+        ("spec.engine.securityContext.capabilities.add: SYS_ADMIN", "privileged"),
+        ("spec.podSecurityContext.runAsUser: 0 (root)", "baseline"),
+    ]
+    unlabelled = privilege_problems(asked, "team", None)
+    assert len(unlabelled) == 3
+    assert "label it pod-security.kubernetes.io/enforce=privileged" in unlabelled[0]
+    assert [p.split(":")[0] for p in privilege_problems(asked, "team", "baseline")] == [
+        "spec.engine.securityContext.privileged",
+        "spec.engine.securityContext.capabilities.add",
+    ]
+    assert privilege_problems(asked, "team", "privileged") == []
+    plain, _ = parse_spec(raw(**{"engine.securityContext": {"runAsNonRoot": True}}))
+    assert plain is not None
+    assert privilege_asked(plain) == []
+
+
+def test_without_the_policy_the_operator_refuses_privilege_the_namespace_does_not_allow() -> None:
+    api = MemoryApi()
+    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
+    body = {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": raw(**{"engine.securityContext": {"privileged": True}}),
+    }
+    api.objects[MemoryApi._key(ref)] = copy.deepcopy(body)
+    done = reconcile(api.get(ref) or {}, api, NOW)
+    assert done.invalid is not None
+    assert "spec.engine.securityContext.privileged: true: namespace ns does not allow it" in (
+        done.invalid
+    )
+    assert api.get(Ref("apps/v1", "Deployment", "ns", "m")) is None  # nothing applied
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}
+    namespace["metadata"]["labels"] = {"pod-security.kubernetes.io/enforce": "privileged"}  # type: ignore[index]
+    api.objects[("v1", "Namespace", "", "ns")] = namespace
+    done = reconcile(api.get(ref) or {}, api, NOW)
+    assert done.invalid is None
+    assert api.get(Ref("apps/v1", "Deployment", "ns", "m")) is not None

@@ -69,4 +69,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+# Serving some namespaces, Kopf lists and watches namespaces to learn which of them exist;
+# without it, each start retries the listing for about 100 s before it serves. slotune reads
+# a namespace's Pod Security label when a spec asks for privilege (names and labels only:
+# nothing inside a namespace).
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "list", "watch"]
 {{- end }}
