@@ -4,14 +4,19 @@ Each spec starts from a sample (`samples/*.yaml`, or the tests' small valid one)
 to three mutations: a leaf of another type, a huge or odd string (up to 400 KB; emoji,
 control characters, typographic dashes), a number out of range, a required field dropped,
 an unknown field, vLLM flags drawn from the parser's own table with the wrong number of
-values, abbreviated or repeated, a plain API key, names with dots or 64-253 characters, or a
-megabyte of free-form affinity. Each is applied with server-side apply (what Argo CD does)
+values, abbreviated or repeated, or with a value of the wrong type or choice, a plain API key,
+names with dots or 64-253 characters, a megabyte of free-form affinity, a misspelt or
+mistyped field in a security context, toleration or affinity, or an env name given twice or
+set by slotune. Each is applied with server-side apply (what Argo CD does)
 in a batch; then, for each batch:
 
 - a spec the API server refused never reaches the operator: counted, with the field it named;
 - an accepted spec must get a status for its generation within `--settle` seconds, and be
   either Ready-able (its Deployment exists and serves it) or say why not in a condition that
   names the field (`spec.…`), the child or the conflicting object;
+- a spec error never ends in a retried `ApplyFailed` (the API server refusing an object slotune
+  rendered from an accepted spec);
+- an accepted spec that serves carries no `extraArgs` the parser's dumped tables refuse;
 - every object of the batch is deleted, and must be gone within 60 s;
 - the operator must still run (no restart) and its log hold no traceback.
 
@@ -207,9 +212,64 @@ def _tuning(f: Fuzzed, rng: random.Random, leaf: tuple[Any, ...]) -> str:
     return "tuning"
 
 
+def _free_form(f: Fuzzed, rng: random.Random, leaf: tuple[Any, ...]) -> str:
+    """A misspelt, snake_case or mistyped field where slotune passes Kubernetes' own types."""
+    where, value = rng.choice(
+        [
+            ("securityContext", {"allowPrivilegeEscalaton": False}),
+            ("securityContext", {"run_as_non_root": True}),
+            ("securityContext", {"capabilities": {"drop": ["ALL"], "ad": ["NET_ADMIN"]}}),
+            ("securityContext", {"runAsUser": "root"}),
+            ("securityContext", {"seccompProfile": {"typ": "RuntimeDefault"}}),
+            ("podSecurityContext", {"fsGroup": "1000"}),
+            ("podSecurityContext", {"runAsNonRoot": True, "sysctl": []}),
+            ("tolerations", [{"key": "nvidia.com/gpu", "opertor": "Exists"}]),
+            ("tolerations", [{"key": "nvidia.com/gpu", "tolerationSeconds": "5"}]),
+            ("affinity", {"nodeAffinty": {}}),
+            ("affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu"}]}]}}}),
+        ]
+    )  # fmt: skip
+    if where == "securityContext":
+        f.spec.setdefault("engine", {})["securityContext"] = value
+    elif where == "podSecurityContext":
+        f.spec["podSecurityContext"] = value
+    else:
+        f.spec.setdefault("scheduling", {})[where] = value
+    return f"free-form {where} {json.dumps(value)[:60]}"
+
+
+def _env(f: Fuzzed, rng: random.Random, leaf: tuple[Any, ...]) -> str:
+    """An env name given twice, or one slotune sets itself."""
+    engine = f.spec.setdefault("engine", {})
+    choice = rng.choice(["twice", "HF_HOME", "HF_TOKEN", "VLLM_SERVER_DEV_MODE"])
+    if choice == "twice":
+        engine["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    else:
+        engine["env"] = [{"name": choice, "value": "x"}]
+        if choice == "HF_TOKEN":
+            source = {"huggingFace": {"tokenSecretRef": {"name": "hf", "key": "token"}}}
+            f.spec.setdefault("model", {})["source"] = source
+    return f"env {choice}"
+
+
+def _flag_values(f: Fuzzed, rng: random.Random, leaf: tuple[Any, ...]) -> str:
+    """A flag whose parser converts or lists its values, given a value it would refuse (or,
+    now and then, one it takes)."""
+    table = vllm.flag_values()
+    option = rng.choice(sorted(table))
+    _, choices = table[option]
+    value = rng.choice(
+        ["abc", "", "1.5", "-", "ten"] + ([rng.choice(choices)] if choices else ["7"])
+    )
+    form = [f"{option}={value}"] if rng.random() < 0.5 else [option, value]
+    f.spec.setdefault("engine", {})["extraArgs"] = form
+    return f"flag value {form}"
+
+
 MUTATORS = [
     _wrong_type, _huge, _odd_text, _odd_number, _drop, _flags, _unknown, _name, _affinity,
-    _api_key, _tuning,
+    _api_key, _tuning, _free_form, _env, _flag_values,
 ]  # fmt: skip
 
 
@@ -272,7 +332,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for name, done in batch:
                     verdict, detail = _judge(cluster, name)
                     outcomes[verdict] += 1
-                    if verdict in {"no status", "unexplained"}:
+                    if verdict in {
+                        "no status",
+                        "unexplained",
+                        "apply failed",
+                        "served args the parser refuses",
+                    }:
                         problems.append({"name": name, "mutations": done, "why": detail})
                 undeletable = _delete_all(cluster)
                 outcomes["undeletable"] += len(undeletable)
@@ -317,9 +382,21 @@ def _judge(cluster: Cluster, name: str) -> tuple[str, str]:
     ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
     degraded = next((c for c in status.get("conditions", []) if c["type"] == "Degraded"), None)
     phase = status.get("phase")
+    if (degraded or {}).get("reason") == "ApplyFailed" and "rejected" not in (degraded or {}).get(
+        "message", ""
+    ):
+        return "apply failed", (degraded or {}).get("message", "")[:300]
     if phase in {"Pending", "Deploying", "Ready", "Tuning"}:
         if cluster.get("deployment", name, NAMESPACE) is None:
             return "unexplained", f"phase {phase} without a Deployment"
+        engine = obj["spec"].get("engine") or {}
+        if engine.get("kind", "vllm") == "vllm":
+            image = engine.get("image") or "vllm/vllm-openai:v0.32.0"
+            refused = vllm.check_extra_args(
+                list(engine.get("extraArgs") or []), vllm.version_of_image(image)
+            )
+            if refused:
+                return "served args the parser refuses", "; ".join(map(str, refused))[:300]
         return "ready-able", ""
     message = " ".join(c.get("message", "") for c in (ready, degraded) if c)
     if _names_what(message):

@@ -42,6 +42,7 @@ PLURALS: dict[str, str] = {
     "Job": "jobs",
     "Lease": "leases",
     "Namespace": "namespaces",
+    "NetworkPolicy": "networkpolicies",
     models.KIND: models.PLURAL,
 }
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -30,9 +30,39 @@ DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
 _DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    """One CEL rule for `x-kubernetes-validations`, enforced by the API server."""
+    entry: JsonDict = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+_NOT_A_DURATION = "must be a duration: a number and a unit, e.g. 30s, 5m or 1h30m (ms, s, m, h)"
+
+
+def _duration(value: str) -> str:
+    if not _DURATION.fullmatch(value):
+        raise ValueError(f"{value!r} {_NOT_A_DURATION}")
+    return value
+
+
+# Checked by a rule with a message rather than a bare pattern, which would answer with the
+# regular expression alone.
 Duration = Annotated[
     str,
-    Field(pattern=_DURATION.pattern, json_schema_extra={"example": "5m"}),
+    AfterValidator(_duration),
+    Field(
+        max_length=32,
+        json_schema_extra={
+            "example": "5m",
+            "x-kubernetes-validations": [
+                cel(f"self.matches('{_DURATION.pattern}')", _NOT_A_DURATION)
+            ],
+        },
+    ),
 ]
 
 
@@ -42,14 +72,6 @@ def seconds(duration: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != duration:
         raise ValueError(f"not a duration: {duration!r} (write e.g. 90s, 5m or 1h30m)")
     return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
-    """One CEL rule for `x-kubernetes-validations`, enforced by the API server."""
-    entry: JsonDict = {"rule": rule, "message": message}
-    if field_path is not None:
-        entry["fieldPath"] = field_path
-    return entry
 
 
 class ApiModel(BaseModel):

@@ -371,7 +371,22 @@ def foreign_entries(rendered: dict[str, Any], live: dict[str, Any]) -> list[str]
                 for v in entry.get("env") or []
                 if v.get("name") not in own_env
             ]
+            # A whole ConfigMap or Secret poured into the environment, beside slotune's own.
+            own_from = [json.dumps(s, sort_keys=True) for s in ours.get("envFrom") or []]
+            found += [
+                f"envFrom {_source(s)} of {what} {entry.get('name')}"
+                for s in entry.get("envFrom") or []
+                if json.dumps(s, sort_keys=True) not in own_from
+            ]
     return found
+
+
+def _source(env_from: dict[str, Any]) -> str:
+    """`configMap NAME` or `secret NAME`: where an envFrom entry reads."""
+    for key, kind in (("configMapRef", "configMap"), ("secretRef", "secret")):
+        if key in env_from:
+            return f"{kind} {(env_from[key] or {}).get('name', '')}"
+    return json.dumps(env_from, sort_keys=True)
 
 
 def taken_back(rendered: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
@@ -470,6 +485,45 @@ def render_trial_pod(
             "ownerReferences": [owner.reference()],
         },
         "spec": pod_spec,
+    }
+
+
+def render_trial_network_policy(
+    owner: Owner, spec: models.LLMDeploymentSpec, study: int, trial: int
+) -> dict[str, Any]:
+    """Lets only the trial's own load Job reach the trial engine, on its port: a trial pod
+    runs the engine's development endpoints (the prefix-cache reset between probes), which no
+    other pod may call. Applied before the pod, deleted with it."""
+
+    def trial_pods(component: str) -> dict[str, Any]:
+        return {
+            "matchLabels": {
+                LABEL_OWNER: owner.name,
+                LABEL_COMPONENT: component,
+                LABEL_STUDY: str(study),
+                LABEL_TRIAL: str(trial),
+            }
+        }
+
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": child_name(owner, "trial", study, trial),
+            "namespace": owner.namespace,
+            "labels": trial_labels(owner, TRIAL_COMPONENT, study, trial, spec.engine.kind),
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "podSelector": trial_pods(TRIAL_COMPONENT),
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": trial_pods(LOAD_COMPONENT)}],
+                    "ports": [{"port": engine_of(spec).port, "protocol": "TCP"}],
+                }
+            ],
+        },
     }
 
 

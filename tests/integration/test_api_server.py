@@ -251,3 +251,49 @@ def test_the_engine_kind_cannot_change_once_created(cluster: Cluster) -> None:
         cluster.kubectl(
             "delete", "llmd", "kind-fixed", "-n", "default", "--wait=false", check=False
         )
+
+
+def test_a_malformed_duration_is_refused_with_what_to_write(cluster: Cluster) -> None:
+    """The API server answers a duration that is not one with what a duration is, not with a
+    regular expression."""
+    obj = llmd("window", "default", slo={"window": "5 minutes", "ttft": {"maxSeconds": 2.0}})
+    result = cluster.apply(obj, "--dry-run=server")
+    assert result.returncode != 0
+    assert "must be a duration: a number and a unit, e.g. 30s, 5m or 1h30m" in result.stderr
+    assert "^([0-9]+" not in result.stderr
+
+
+def test_helm_upgrade_between_cluster_wide_and_namespace_mode_and_uninstall_leave_nothing(
+    cluster: Cluster,
+) -> None:
+    """A binding's roleRef cannot change: each mode's ClusterRoleBinding has its own name, so
+    an upgrade replaces it; an uninstall leaves no cluster-scoped object of the release."""
+    chart = str(ROOT / "charts" / "slotune")
+    cluster.kubectl("create", "namespace", "modes-team")
+
+    def cluster_scoped() -> set[str]:
+        found = set()
+        for kind in ("clusterrole", "clusterrolebinding"):
+            out = cluster.kubectl("get", kind, "-o", "name").stdout.split()
+            found |= {name for name in out if "/modes-" in name}
+        return found
+
+    common = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", "modes-system"]
+    cluster.helm("install", "modes", chart, "--create-namespace", *common)
+    assert cluster_scoped() == {
+        "clusterrole.rbac.authorization.k8s.io/modes-slotune",
+        "clusterrolebinding.rbac.authorization.k8s.io/modes-slotune",
+    }
+    cluster.helm("upgrade", "modes", chart, *common, "--set", "watchNamespaces={modes-team}")
+    assert cluster_scoped() == {
+        "clusterrole.rbac.authorization.k8s.io/modes-slotune",
+        "clusterrole.rbac.authorization.k8s.io/modes-slotune-crds",
+        "clusterrolebinding.rbac.authorization.k8s.io/modes-slotune-crds",
+    }
+    cluster.helm("upgrade", "modes", chart, *common, "--reset-values")  # and back
+    assert cluster_scoped() == {
+        "clusterrole.rbac.authorization.k8s.io/modes-slotune",
+        "clusterrolebinding.rbac.authorization.k8s.io/modes-slotune",
+    }
+    cluster.helm("uninstall", "modes", *common)
+    assert cluster_scoped() == set()

@@ -240,6 +240,12 @@ def test_a_squatting_trial_pod_and_a_forged_load_pod_are_never_the_trials(
         timeout=60,
     )
     assert trial["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    # Only the trial's load Job may reach its engine (dev-mode endpoints included).
+    policy = cluster.get("networkpolicy", "trust-trial-1-0", namespace)
+    assert policy is not None
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "trial"
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "load"
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     _set_status(cluster, "trust-trial-1-0", namespace, {
         "phase": "Running", "podIP": "10.9.8.7", "podIPs": [{"ip": "10.9.8.7"}],
@@ -322,3 +328,29 @@ def test_without_the_policy_privilege_needs_the_namespaces_own_pod_security_leve
     )
     context = served["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert context["privileged"] is True
+
+
+def test_an_env_from_added_by_hand_is_taken_back(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """A Secret poured into the engine's environment by hand (`envFrom`) goes, with an event
+    naming it, as an added env var does."""
+    assert cluster.apply(llmd("from", namespace)).returncode == 0
+    dep = wait_for("the Deployment", lambda: cluster.get("deployment", "from", namespace))
+    engine = {**dep["spec"]["template"]["spec"]["containers"][0]}
+    engine["envFrom"] = [{"secretRef": {"name": "cloud-keys"}}]
+    patch = {"spec": {"template": {"spec": {"containers": [engine]}}}}
+    edit = cluster.kubectl(
+        "patch", "deployment", "from", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+    )
+    assert edit.returncode == 0, edit.stderr
+    wait_for(
+        "envFrom taken back",
+        lambda: (
+            (d := cluster.get("deployment", "from", namespace))
+            and "envFrom" not in d["spec"]["template"]["spec"]["containers"][0]
+        ),
+    )
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    notes = [e["message"] for e in json.loads(events)["items"] if e["reason"] == "DriftRepaired"]
+    assert any("envFrom secret cloud-keys of container vllm" in n for n in notes), notes

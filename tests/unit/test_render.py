@@ -210,6 +210,21 @@ def test_what_others_add_to_a_rendered_list_is_named_and_taken_back() -> None:
     assert render.taken_back(svc, edited)["spec"]["ports"] == svc["spec"]["ports"]
 
 
+def test_an_env_from_added_by_hand_is_named_and_taken_back() -> None:
+    """A whole Secret or ConfigMap poured into the engine's environment is drift too."""
+    dep = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
+    live = json.loads(json.dumps(dep))
+    engine = live["spec"]["template"]["spec"]["containers"][0]
+    engine["envFrom"] = [{"secretRef": {"name": "cloud-keys"}}, {"configMapRef": {"name": "x"}}]
+    assert render.foreign_entries(dep, live) == [
+        "envFrom secret cloud-keys of container vllm",
+        "envFrom configMap x of container vllm",
+    ]
+    back = render.taken_back(dep, live)
+    assert "envFrom" not in back["spec"]["template"]["spec"]["containers"][0]
+    assert render.foreign_entries(dep, back) == []
+
+
 def test_the_spec_sets_the_serving_pods_security_context_and_the_load_job_is_restricted() -> None:
     """Under PSA restricted: what the spec says on the serving and trial pods; the load Job is
     non-root with the runtime's seccomp profile on its own."""
@@ -261,3 +276,18 @@ def test_the_api_key_comes_from_a_secret_to_the_engine_and_the_load_job() -> Non
         trial=1,
     )
     assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [from_secret]
+
+
+def test_only_the_trials_load_job_reaches_the_trial_engine() -> None:
+    policy = render.render_trial_network_policy(OWNER, spec(), 2, 5)
+    pod = render.render_trial_pod(OWNER, spec(), {}, 2, 5)
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= pod["metadata"]["labels"].items()  # it selects the trial pod
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    allowed = rule["from"][0]["podSelector"]["matchLabels"]
+    job = render.trial_labels(OWNER, render.LOAD_COMPONENT, 2, 5)
+    assert allowed.items() <= job.items()  # the load Job's pods, and no one else's
+    assert allowed[render.LABEL_TRIAL] == "5"
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    assert policy["metadata"]["ownerReferences"] == [OWNER.reference()]

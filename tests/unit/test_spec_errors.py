@@ -261,3 +261,12 @@ def test_without_the_policy_the_operator_refuses_privilege_the_namespace_does_no
     done = reconcile(api.get(ref) or {}, api, NOW)
     assert done.invalid is None
     assert api.get(Ref("apps/v1", "Deployment", "ns", "m")) is not None
+
+
+def test_a_malformed_duration_says_what_a_duration_is() -> None:
+    """Not the regular expression alone: what to write."""
+    _, found = parse_spec(raw(**{"slo": {"window": "5 minutes", "ttft": {"maxSeconds": 2}}}))
+    assert found == [
+        "spec.slo.window: Value error, '5 minutes' must be a duration: a number and a unit, "
+        "e.g. 30s, 5m or 1h30m (ms, s, m, h)"
+    ]

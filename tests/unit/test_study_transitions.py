@@ -160,6 +160,13 @@ MEASURED = Measurement(
 )
 
 
+def completed_job_without_its_pod() -> tuple[Any, list[Any]]:
+    """Complete by the Job controller's count, through a pod it adopted and did not make."""
+    job, _ = load_job()
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    return job, []
+
+
 def load_job(*, exit_code: int | None = None, message: str = "") -> tuple[Any, list[Any]]:
     job = {"metadata": {"name": "j", "uid": "job-uid", "ownerReferences": [OWNER.reference()]}}
     if exit_code is None:
@@ -399,7 +406,26 @@ ROWS: dict[str, Row] = {
     ),
     # launching (Canary)
     "launching, no pod yet: the trial pod is created": Row(
-        status(current=trial("Launching")), step="Launching", actions=("apply Pod",)
+        status(current=trial("Launching")),
+        step="Launching",
+        actions=("apply NetworkPolicy", "apply Pod"),
+    ),
+    "launching, a pod slotune does not control at the trial's name: a conflict, it waits": Row(
+        status(current=trial("Launching")),
+        Observed(pods={POD: {**ready_pod(), "metadata": {"name": POD, "labels": {}}}}),
+        step="Launching",
+        events=("ChildConflict",),
+        says="ChildConflict",
+    ),
+    "a record line that does not load: moved aside, said in the condition, the study goes on": Row(
+        status(current=trial("Launching")),
+        Observed(
+            quarantined={1: Quarantine(kept="not json\n", new=["line 2: not json"])},
+        ),
+        step="Launching",
+        actions=("apply ConfigMap", "apply NetworkPolicy", "apply Pod"),
+        events=("RecordsQuarantined",),
+        says="1 trial record line(s) that did not load are kept",
     ),
     "launching, the engine is ready: the load Job starts": Row(
         status(current=trial("Launching")),
@@ -530,6 +556,24 @@ ROWS: dict[str, Row] = {
         actions=(f"delete Job {JOB}",),
         events=("TrialDiscarded",),
         says="the GPUs were throttled",
+    ),
+    "measuring, the Job completed through a pod it did not make: discarded, measured again": Row(
+        status(current=trial("Measuring")),
+        Observed(pods={POD: ready_pod()}, jobs={JOB: completed_job_without_its_pod()}),
+        step="Measuring",
+        actions=(f"delete Job {JOB}",),
+        events=("TrialDiscarded",),
+        says="through a pod it did not make",
+    ),
+    "measuring, a Job slotune does not control at the load Job's name: a conflict": Row(
+        status(current=trial("Measuring")),
+        Observed(
+            pods={POD: ready_pod()},
+            jobs={JOB: ({"metadata": {"name": JOB, "uid": "other"}, "status": {}}, [])},
+        ),
+        step="Measuring",
+        events=("ChildConflict",),
+        says="ChildConflict",
     ),
     "measuring, the load runs: wait": Row(
         status(current=trial("Measuring")),

@@ -158,6 +158,16 @@ def test_a_typographic_dash_is_named_and_the_flag_meant_is_checked() -> None:
     assert "is a value with no flag before it" not in problems
 
 
+def test_a_typographic_dash_beside_a_hyphen_gets_the_two_dashes_back() -> None:
+    """A non-breaking hyphen then a hyphen (what some editors make of `--`): the fix is
+    `--swap-space`, not `---swap-space`."""
+    problems = messages(vllm.check_extra_args(["\u2011-swap-space", "4", "-\u2013seed", "1"]))
+    assert "(NON-BREAKING HYPHEN)" in problems
+    assert "write '--swap-space'" in problems
+    assert "write '--seed'" in problems
+    assert "---" not in problems
+
+
 def test_parallelism_the_pods_gpus_cannot_hold_is_refused() -> None:
     found = messages(
         vllm.check_resources(
@@ -266,3 +276,21 @@ def test_an_api_key_in_plain_text_is_refused_with_where_it_belongs(
     assert "put it in a Secret and name it in spec.engine.apiKeySecretRef" in problems[0] or (
         "name it in engine.apiKeySecretRef" in problems[0]
     )
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "expected"),
+    [
+        (["--seed", "abc"], "--seed takes an integer, not 'abc'"),
+        (["--seed="], "--seed takes an integer, not ''"),
+        (["-q", "1.5"], "'1.5' is not a value -q takes"),
+        (["--quantization", "fp9"], "'fp9' is not a value --quantization takes; did you mean fp8?"),
+    ],
+)
+def test_a_value_the_parser_would_refuse_is_named(extra_args: list[str], expected: str) -> None:
+    """Types and choices from the dumped parser: what vLLM would exit on at start-up."""
+    assert expected in messages(vllm.check_extra_args(extra_args))
+
+
+def test_values_the_parser_takes_pass() -> None:
+    assert vllm.check_extra_args(["--seed", "7", "-q", "fp8"]) == []

@@ -51,6 +51,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The trial's NetworkPolicy: only its load Job reaches the trial engine.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch"]

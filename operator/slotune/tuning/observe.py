@@ -57,6 +57,7 @@ class KubeObservation:
             for api_version, kind, component in (
                 ("v1", "Pod", render.TRIAL_COMPONENT),
                 ("batch/v1", "Job", render.LOAD_COMPONENT),
+                ("networking.k8s.io/v1", "NetworkPolicy", render.TRIAL_COMPONENT),
             ):
                 labels = {render.LABEL_OWNER: self.owner.name, render.LABEL_COMPONENT: component}
                 for obj in self.kube.list(api_version, kind, self.owner.namespace, labels):

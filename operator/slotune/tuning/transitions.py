@@ -287,7 +287,18 @@ class StudyStep:
 
     def _result(self, tuning: TuningStatus, *, progressed: bool = False) -> Decision:
         overlay = serving_overlay(tuning, self.spec.tuning.strategy)
-        return Decision(tuning, overlay, _row(tuning), self.events, progressed, self.actions)
+        row = _row(tuning)
+        if tuning.state == TuningState.TUNING and tuning.study:
+            # Record lines moved aside stay in the condition until a person clears them.
+            kept = self.seen.quarantine(tuning.study).kept
+            if kept:
+                name = render.child_name(self.owner, "trials")
+                row = (
+                    *row[:3],
+                    f"{row[3]}; {len(kept.splitlines())} trial record line(s) that did not load "
+                    f"are kept in ConfigMap {name}, key {render.QUARANTINE_KEY}",
+                )
+        return Decision(tuning, overlay, row, self.events, progressed, self.actions)
 
     # -- studies -------------------------------------------------------------------------------
 
@@ -417,6 +428,14 @@ class StudyStep:
         name = render.child_name(self.owner, "trial", tuning.study, current.number)
         pod = self.seen.trial_pod(name)
         if pod is None:
+            # The policy first: the engine is never reachable by any pod but its load Job's.
+            self.actions.append(
+                Apply(
+                    render.render_trial_network_policy(
+                        self.owner, self.spec, tuning.study, current.number
+                    )
+                )
+            )
             self.actions.append(
                 Apply(
                     render.render_trial_pod(

@@ -227,9 +227,42 @@ def flag_arity(version: str = PINNED_VERSION) -> Mapping[str, str]:
     arity = {}
     for line in table.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
-            option, counted = line.split()
+            option, counted, *_ = line.split()
             arity[option] = counted
     return arity
+
+
+@cache
+def flag_values(version: str = PINNED_VERSION) -> Mapping[str, tuple[str, tuple[str, ...]]]:
+    """For each option whose parser converts or lists its values: the type (`int`, `float`,
+    or `-`) and the values it accepts (empty: any), dumped from the real parser."""
+    table = resources.files("slotune.engine.vllm").joinpath("flags", f"{version}.txt")
+    found = {}
+    for line in table.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            option, _, *rest = line.split()
+            kind, choices = [*rest, "-", "-"][:2]
+            if kind != "-" or choices != "-":
+                found[option] = (kind, tuple(choices.split(",")) if choices != "-" else ())
+    return found
+
+
+def _value_problem(option: str, value: str, version: str) -> str | None:
+    """Why vLLM's parser would refuse `value` for `option`, if it would."""
+    kind, choices = flag_values(version).get(option, ("-", ()))
+    converted: object = value
+    try:
+        if kind == "int":
+            converted = int(value)
+        elif kind == "float":
+            converted = float(value)
+    except ValueError:
+        return f"{option} takes {'an integer' if kind == 'int' else 'a number'}, not {value!r}"
+    if choices and str(converted) not in choices:
+        near = difflib.get_close_matches(value, choices, n=1)
+        hint = f"; did you mean {near[0]}?" if near else f" (one of {', '.join(choices)})"
+        return f"{value!r} is not a value {option} takes{hint}"
+    return None
 
 
 def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
@@ -309,9 +342,14 @@ def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> li
     known = known_flags(version)
     extra_args = list(extra_args)
     for index, token in enumerate(extra_args):
-        dashes = re.match(f"^[{TYPOGRAPHIC_DASHES}]+", token)
+        # The leading run of dashes, when it holds a typographic one (a mix such as a
+        # non-breaking hyphen and a hyphen included).
+        dashes = re.match(
+            f"^[-{TYPOGRAPHIC_DASHES}]*[{TYPOGRAPHIC_DASHES}][-{TYPOGRAPHIC_DASHES}]*", token
+        )
         if dashes:  # pasted from a document: vLLM would take it as a value, not a flag
-            names = ", ".join(unicodedata.name(c, hex(ord(c))) for c in sorted(set(dashes[0])))
+            typographic = sorted(set(dashes[0]) - {"-"})
+            names = ", ".join(unicodedata.name(c, hex(ord(c))) for c in typographic)
             extra_args[index] = "--" + token[dashes.end() :]  # checked as meant, below
             problems.append(
                 Violation(
@@ -422,6 +460,15 @@ def _check_values(extra_args: list[str], version: str) -> list[Violation]:
                     f"write {option} VALUE",
                 )
             )
+        elif most == 1 and given == 1:
+            value = token.partition("=")[2] if equals else rest[0]
+            refused = _value_problem(option, value, version)
+            if refused is not None:
+                problems.append(
+                    Violation(
+                        where, f"{refused} (vLLM exits with 'invalid choice' or 'invalid value')"
+                    )
+                )
         index += 1 + values
     return problems
 
