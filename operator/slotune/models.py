@@ -836,6 +836,9 @@ class CurrentTrial(StatusModel):
     pod: str | None = Field(default=None, description="The trial's engine pod (Canary).")
     job: str | None = Field(default=None, description="The load Job that measures it.")
     note: str | None = None
+    voided: int = Field(
+        default=0, description="Load Jobs discarded: completed through a pod they did not make."
+    )
 
 
 class TunedConfig(StatusModel):

@@ -155,7 +155,7 @@ def reconcile(
             )
         )
         serving = render.with_params(spec, study.overlay)
-        deployment, rejected, apply_failure = _apply_or_explain(
+        deployment, rejected, apply_failure, applied = _apply_or_explain(
             owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
         )
         problems += rejected
@@ -166,6 +166,7 @@ def reconcile(
             kube,
             deployment,
             rejected=rejected,
+            deployment_applied=applied,
             apply_failure=apply_failure,
             events=events,
         )
@@ -216,6 +217,7 @@ def _after_apply(
     deployment: dict[str, Any] | None,
     *,
     rejected: list[str],
+    deployment_applied: bool,
     apply_failure: str | None,
     events: list[Event],
 ) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
@@ -225,7 +227,10 @@ def _after_apply(
     serving_spec = previous.serving_spec
     if not rejected and apply_failure is None:
         return deployment, None, body.get("spec") or {}
-    if rejected and serving_spec:
+    # Only when the new Deployment itself was refused is the last good one applied again (a
+    # Deployment deleted meanwhile comes back): put back after a later child's refusal, the
+    # new one would be rolled out and back on every reconcile.
+    if rejected and serving_spec and not deployment_applied:
         deployment, apply_failure = _keep_last_good(
             owner, serving_spec, previous, kube, deployment, events=events
         )
@@ -263,13 +268,13 @@ def _keep_last_good(
     spec no longer passes the rules (an operator upgrade tightened one) or a child's name is
     taken by someone else's object."""
     last_good, problems = parse_spec(serving_spec, schema_problems)
-    if last_good is None or problems:
+    if last_good is None or problems or _privilege(last_good, owner.namespace, kube):
         return deployment, None
     has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
     if _conflicts(owner, last_good, kube, deployment, has_pod_monitor):
         return deployment, None
     serving = render.with_params(last_good, tuning.serving_overlay(previous.tuning))
-    deployment, _, apply_failure = _apply_or_explain(
+    deployment, _, apply_failure, _ = _apply_or_explain(
         owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
     )
     return deployment, apply_failure
@@ -283,11 +288,11 @@ def _apply_or_explain(
     *,
     has_pod_monitor: bool,
     events: list[Event],
-) -> tuple[dict[str, Any] | None, list[str], str | None]:
+) -> tuple[dict[str, Any] | None, list[str], str | None, bool]:
     """Applies the children: the Deployment as it now is, the problems of a rendered object the
-    server rejected as invalid (fixed by editing the spec), and a failure to retry (any other
-    error answer: a quota, a full Service range, a webhook, a 5xx). Drift taken back is added
-    to `events`."""
+    server rejected as invalid (fixed by editing the spec), a failure to retry (any other
+    error answer: a quota, a full Service range, a webhook, a 5xx), and whether the Deployment
+    itself went in. Drift taken back is added to `events`."""
     try:
         applied = _apply_children(
             owner, spec, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
@@ -295,11 +300,14 @@ def _apply_or_explain(
     except ChildApplyError as failed:
         exc = failed.error
         if exc.rejected:
-            return deployment, [f"the API server rejected a rendered object: {exc.message}"], None
+            # `failed.deployment` is None when the Deployment itself (the first child) was
+            # refused; otherwise it went in and a later child was refused.
+            refused = [f"the API server rejected a rendered object: {exc.message}"]
+            return failed.deployment or deployment, refused, None, failed.deployment is not None
         if exc.status == 0:
             raise exc from None  # no API server to write a status to either
-        return failed.deployment or deployment, [], str(failed)
-    return applied or deployment, [], None
+        return failed.deployment or deployment, [], str(failed), failed.deployment is not None
+    return applied or deployment, [], None, True
 
 
 def _apply_children(

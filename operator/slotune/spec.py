@@ -155,6 +155,17 @@ def kind_of(raw: dict[str, Any]) -> str:
 # capabilities the baseline level lets a container add.
 PSA_LEVELS = ("restricted", "baseline", "privileged")
 PSA_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+# The sysctls the baseline level allows a pod to set, and the SELinux types.
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+    }
+)  # fmt: skip
+BASELINE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
 BASELINE_CAPABILITIES = frozenset(
     {
         "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
@@ -183,10 +194,20 @@ def privilege_asked(spec: LLMDeploymentSpec) -> list[tuple[str, str]]:
         ("spec.engine.securityContext", container),
         ("spec.podSecurityContext", pod),
     ):
-        if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
-            asked.append((f"{where}.seccompProfile.type: Unconfined", "privileged"))
+        for profile in ("seccompProfile", "appArmorProfile"):
+            if (context.get(profile) or {}).get("type") == "Unconfined":
+                asked.append((f"{where}.{profile}.type: Unconfined", "privileged"))
+        selinux = context.get("seLinuxOptions") or {}
+        custom = selinux.get("type", "") not in BASELINE_SELINUX_TYPES
+        if custom or selinux.get("user") or selinux.get("role"):
+            asked.append((f"{where}.seLinuxOptions: {selinux}", "privileged"))
         if context.get("runAsUser") == 0:
             asked.append((f"{where}.runAsUser: 0 (root)", "baseline"))
+    unsafe = sorted(
+        str(s.get("name")) for s in pod.get("sysctls") or [] if s.get("name") not in SAFE_SYSCTLS
+    )
+    if unsafe:
+        asked.append((f"spec.podSecurityContext.sysctls: {', '.join(unsafe)}", "privileged"))
     if container.get("procMount") == "Unmasked":
         asked.append(("spec.engine.securityContext.procMount: Unmasked", "privileged"))
     return asked

@@ -124,26 +124,52 @@ def terminated_failure(
 
 def made_by(pod: dict[str, Any], job: dict[str, Any]) -> bool:
     """Whether the pod is one the Job made: controlled by the Job's UID, labelled with it, and
-    running exactly the Job template's containers (image, command, arguments). The Job
+    running the Job template's load container as rendered (image, command, arguments,
+    environment, mounts, where the result goes) over the template's volumes. The Job
     controller adopts any orphan pod that carries its labels, so the owner reference alone is
     not enough: a pod made by someone else runs something else, or reports what the load
-    generator measured."""
+    generator measured. Other containers (an injected sidecar) and an image pinned to its
+    digest by a webhook are the cluster's, not a forgery."""
     uid = job["metadata"].get("uid", "")
     if not controlled_by(pod, uid):
         return False
     if (pod["metadata"].get("labels") or {}).get(JOB_CONTROLLER_UID) != uid:
         return False
     template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    wanted = [_running(c) for c in template.get("containers") or []]
-    return [_running(c) for c in (pod.get("spec") or {}).get("containers") or []] == wanted
+    spec = pod.get("spec") or {}
+    wanted, found = _load_container(template), _load_container(spec)
+    if wanted is None or found is None or _running(found) != _running(wanted):
+        return False
+    # What the template mounts, as it mounts it (admission adds a service-account token mount).
+    mounts = _names(wanted.get("volumeMounts"))
+    volumes = _names(template.get("volumes"))
+    return _named(found.get("volumeMounts"), mounts) == (wanted.get("volumeMounts") or []) and (
+        _named(spec.get("volumes"), volumes) == (template.get("volumes") or [])
+    )
+
+
+def _load_container(pod_spec: dict[str, Any]) -> dict[str, Any] | None:
+    return next(
+        (c for c in pod_spec.get("containers") or [] if c.get("name") == render.LOAD_CONTAINER),
+        None,
+    )
+
+
+def _names(entries: list[dict[str, Any]] | None) -> set[str]:
+    return {str(e.get("name")) for e in entries or []}
+
+
+def _named(entries: list[dict[str, Any]] | None, names: set[str]) -> list[dict[str, Any]]:
+    return [e for e in entries or [] if str(e.get("name")) in names]
 
 
 def _running(container: dict[str, Any]) -> tuple[Any, ...]:
     return (
-        container.get("name"),
-        container.get("image"),
+        str(container.get("image", "")).split("@", 1)[0],  # a digest a webhook pinned
         container.get("command"),
         container.get("args"),
+        container.get("env") or [],
+        container.get("terminationMessagePath", render.TERMINATION_LOG),
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 from slotune import render
 from slotune.engine import engine_for
 from slotune.kube import KubeError, Ref, schema_problems
-from slotune.models import LLMDeploymentStatus
+from slotune.models import EngineArgs, LLMDeploymentStatus
 from slotune.reconcile import reconcile
 from slotune.spec import env_set_by_slotune, parse_spec, privilege_asked, privilege_problems
 from support.memkube import MemoryApi
@@ -270,3 +270,81 @@ def test_a_malformed_duration_says_what_a_duration_is() -> None:
         "spec.slo.window: Value error, '5 minutes' must be a duration: a number and a unit, "
         "e.g. 30s, 5m or 1h30m (ms, s, m, h)"
     ]
+
+
+class RefusingServices(MemoryApi):
+    """Refuses any Service of a spec with two replicas, as a policy added after the last good
+    spec was served might: the Deployment before it goes in."""
+
+    def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        if obj["kind"] == "Service" and self.replicas == 2:
+            raise KubeError(422, "Invalid", "Service is invalid: spec.ports: forbidden")
+        return super().apply(obj, subresource=subresource)
+
+    replicas = 1
+
+
+def test_a_later_child_refused_does_not_roll_the_deployment_back_and_forth() -> None:
+    """The new Deployment went in and a later child was refused: the Deployment stays on the
+    new spec (applying the last good one again would roll it out and back on every reconcile),
+    and the status says what the server refused."""
+    api = RefusingServices()
+    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
+    body = {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": raw(),
+    }
+    api.objects[MemoryApi._key(ref)] = copy.deepcopy(body)
+    reconcile(api.get(ref) or {}, api, NOW)
+    edited = api.get(ref) or {}
+    edited["spec"]["replicas"] = 2
+    api.objects[MemoryApi._key(ref)] = edited
+    api.replicas = 2
+    for _ in range(3):
+        done = reconcile(api.get(ref) or {}, api, NOW)
+        assert done.invalid is not None
+        deployment = api.get(Ref("apps/v1", "Deployment", "ns", "m"))
+        assert deployment is not None
+        assert deployment["spec"]["replicas"] == 2
+    status = LLMDeploymentStatus.model_validate((api.get(ref) or {})["status"])
+    assert status.serving_spec == raw()
+
+
+def test_choices_are_checked_only_against_the_images_own_version() -> None:
+    """A value a newer vLLM may list (a quantization method) is not refused for an image whose
+    version has no flag table here; a value of the wrong type still is."""
+    vllm_engine = engine_for("vllm")
+    args = EngineArgs()
+    newer = "vllm/vllm-openai:v0.99.0"
+    found = [str(v) for v in vllm_engine.check_config(args, ["-q", "fp9"], "FLASH_ATTN", newer)]
+    assert not any("is not a value" in p for p in found), found
+    found = [str(v) for v in vllm_engine.check_config(args, ["--seed", "x"], "FLASH_ATTN", newer)]
+    assert any("--seed takes an integer" in p for p in found), found
+    exact = "vllm/vllm-openai:v0.32.0"
+    found = [str(v) for v in vllm_engine.check_config(args, ["-q", "fp9"], "FLASH_ATTN", exact)]
+    assert any("'fp9' is not a value -q takes" in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "asked"),
+    [
+        ("engine.securityContext", {"appArmorProfile": {"type": "Unconfined"}}, "appArmorProfile"),
+        ("podSecurityContext", {"seLinuxOptions": {"type": "spc_t"}}, "seLinuxOptions"),
+        ("podSecurityContext", {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}, "sysctls"),
+    ],
+)
+def test_what_the_baseline_level_forbids_needs_the_privileged_label(
+    path: str, value: dict[str, Any], asked: str
+) -> None:
+    parsed, _ = parse_spec(raw(**{path: value}))
+    assert parsed is not None
+    found = privilege_asked(parsed)
+    assert [level for _, level in found] == ["privileged"]
+    assert asked in found[0][0]
+    safe, _ = parse_spec(
+        raw(podSecurityContext={"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]})
+    )
+    assert safe is not None
+    assert privilege_asked(safe) == []

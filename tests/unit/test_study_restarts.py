@@ -27,6 +27,7 @@ from slotune.kube import Ref
 from slotune.reconcile import Monitor, Watch, reconcile
 from slotune.tuner.records import Measurement, loads
 from slotune.tuning import Live
+from slotune.tuning.observe import KubeObservation
 from support.memkube import Crash, MemoryApi
 
 NAMESPACE = "llm"
@@ -272,3 +273,15 @@ def test_record_lines_that_do_not_load_are_quarantined_and_the_study_ends_as_it_
     kept = api.get(Ref("v1", "ConfigMap", NAMESPACE, f"{NAME}-trials"))
     assert kept is not None
     assert kept["data"]["unreadable.jsonl"].splitlines() == bad
+
+
+def test_quarantined_lines_outlive_the_study_they_came_from() -> None:
+    """A new study's first write keeps the lines a person has not cleared yet."""
+    api = MemoryApi()
+    owner = render.Owner(name=NAME, namespace=NAMESPACE, uid=UID)
+    api.apply(render.render_records(owner, 1, "", "not json\n"))
+    (config_map,) = [o for k, o in api.objects.items() if k[1] == "ConfigMap"]
+    config_map["metadata"]["ownerReferences"] = [owner.reference()]
+    seen = KubeObservation(api, owner, "vllm")
+    assert seen.records(2) == []
+    assert seen.quarantine(2).kept == "not json\n"

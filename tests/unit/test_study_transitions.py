@@ -167,8 +167,14 @@ def completed_job_without_its_pod() -> tuple[Any, list[Any]]:
     return job, []
 
 
+LOAD = {"name": "load", "image": "slotune:1", "command": ["slotune"], "args": ["trial-load"]}
+
+
 def load_job(*, exit_code: int | None = None, message: str = "") -> tuple[Any, list[Any]]:
-    job = {"metadata": {"name": "j", "uid": "job-uid", "ownerReferences": [OWNER.reference()]}}
+    job = {
+        "metadata": {"name": "j", "uid": "job-uid", "ownerReferences": [OWNER.reference()]},
+        "spec": {"template": {"spec": {"containers": [LOAD]}}},
+    }
     if exit_code is None:
         return {**job, "status": {}}, []
     terminated = {"exitCode": exit_code, "message": message}
@@ -178,9 +184,8 @@ def load_job(*, exit_code: int | None = None, message: str = "") -> tuple[Any, l
         "labels": {trials.JOB_CONTROLLER_UID: "job-uid"},
         "ownerReferences": [{"kind": "Job", "name": "j", "uid": "job-uid", "controller": True}],
     }
-    pods = [
-        {"metadata": meta, "status": {"containerStatuses": [{"state": {"terminated": terminated}}]}}
-    ]
+    status = {"containerStatuses": [{"state": {"terminated": terminated}}]}
+    pods = [{"metadata": meta, "spec": {"containers": [LOAD]}, "status": status}]
     return {**job, "status": {}}, pods
 
 
@@ -564,6 +569,24 @@ ROWS: dict[str, Row] = {
         actions=(f"delete Job {JOB}",),
         events=("TrialDiscarded",),
         says="through a pod it did not make",
+    ),
+    "measuring, a third Job completed through a pod it did not make: the trial failed": Row(
+        status(current=trial("Measuring", voided=2)),
+        Observed(pods={POD: ready_pod()}, jobs={JOB: completed_job_without_its_pod()}),
+        step="CleaningUp",
+        actions=("apply ConfigMap",),
+        events=("TrialFailed",),
+        progressed=True,
+    ),
+    "launching, a Job slotune does not control at the load Job's name: a conflict": Row(
+        status(current=trial("Launching")),
+        Observed(
+            pods={POD: ready_pod()},
+            jobs={JOB: ({"metadata": {"name": JOB, "uid": "other"}, "status": {}}, [])},
+        ),
+        step="Launching",
+        events=("ChildConflict",),
+        says="ChildConflict",
     ),
     "measuring, a Job slotune does not control at the load Job's name: a conflict": Row(
         status(current=trial("Measuring")),

@@ -320,3 +320,29 @@ def test_a_measurement_refuses_figures_no_measurement_makes() -> None:
     state = trials.LoadState.of(job(), [load_pod(0, text)], owner_uid=OWNER.uid)
     assert state.phase == "Failed"
     assert "unreadable load result" in state.detail
+
+
+def test_a_sidecar_a_pinned_digest_and_a_token_mount_are_the_clusters_not_a_forgery() -> None:
+    """What admission adds to the pods a Job makes (an injected sidecar, the image pinned to its
+    digest, the service-account token's mount) does not make the Job's own pod foreign; another
+    environment does."""
+    done = Measurement(capacity=Capacity(capacity=2, target_rate=2, feasible=True, stopped="x"))
+    mounted = {**LOAD, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+    template = job()
+    template["spec"]["template"]["spec"].update(
+        containers=[mounted], volumes=[{"name": "tmp", "emptyDir": {}}]
+    )
+    admitted = {
+        **mounted,
+        "image": "slotune:1@sha256:" + "0" * 64,
+        "volumeMounts": [
+            *mounted["volumeMounts"],
+            {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io"},
+        ],
+    }
+    pod = load_pod(0, done.model_dump_json(), container=admitted)
+    pod["spec"]["containers"].append({"name": "istio-proxy", "image": "proxy"})
+    pod["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}, {"name": "kube-api-access-x"}]
+    assert trials.LoadState.of(template, [pod], owner_uid=OWNER.uid).phase == "Done"
+    pod["spec"]["containers"][0]["env"] = [{"name": "PYTHONPATH", "value": "/evil"}]
+    assert trials.LoadState.of(template, [pod], owner_uid=OWNER.uid).phase == "Running"

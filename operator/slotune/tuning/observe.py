@@ -36,10 +36,10 @@ class KubeObservation:
             if config_map is None or not trials.controlled_by(config_map, self.owner.uid):
                 return [], Quarantine()  # someone else's is a conflict (`reconcile`)
             data = config_map.get("data") or {}
+            kept = data.get(render.QUARANTINE_KEY, "")  # whichever study's: a person clears it
             if data.get("study") != str(study):
-                return [], Quarantine()
+                return [], Quarantine(kept=kept)
             records, unreadable = loads_readable(data.get(render.RECORDS_KEY, ""))
-            kept = data.get(render.QUARANTINE_KEY, "")
             kept += "".join(line + "\n" for line, _ in unreadable)
             return records, Quarantine(kept=kept, new=[why for _, why in unreadable])
 

@@ -475,6 +475,42 @@ class StudyStep:
             )
         return self._result(tuning)
 
+    def _voided(
+        self, tuning: TuningStatus, current: CurrentTrial, records: list[TrialRecord], detail: str
+    ) -> Decision:
+        """The load Job completed through a pod it did not make: deleted, and the trial
+        measured again by a new one; a trial whose Jobs keep doing so is recorded as failed."""
+        if current.voided >= MAX_VOIDED:  # not a forgery now and then: this cluster's way
+            cause = (
+                f"{detail}, {current.voided + 1} times: a webhook that changes the load "
+                "pod (its image, arguments, environment or mounts) would do that"
+            )
+            return self._record(
+                tuning,
+                current,
+                records,
+                Launch(TrialState.FAILED, cause=cause, failure_kind="LoadFailed"),
+            )
+        self._delete(
+            Delete(
+                "batch/v1",
+                "Job",
+                self.owner.namespace,
+                render.child_name(self.owner, "load", tuning.study, current.number),
+            )
+        )
+        if current.note != detail:
+            current.voided += 1
+            self.events.append(
+                Event(
+                    "Warning",
+                    "TrialDiscarded",
+                    f"Trial {current.number}: measurement discarded, {detail}",
+                )
+            )
+        current.note = detail
+        return self._result(tuning)  # once it is gone, the trial is measured again
+
     def _conflict(self, tuning: TuningStatus, current: CurrentTrial, detail: str) -> Decision:
         """Someone else's object sits at the trial's name: the trial waits, and says so. It is
         never adopted, read or deleted; once it is gone the trial goes on."""
@@ -536,6 +572,10 @@ class StudyStep:
         if workload is None or workload.request_rate is None:
             current.note = "waiting for live traffic to shape the trial workload"
             return self._result(tuning)
+        name = render.child_name(self.owner, "load", tuning.study, current.number)
+        existing, _ = self.seen.load_job(name)
+        if existing is not None and not trials.controlled_by(existing, self.owner.uid):
+            return self._conflict(tuning, current, trials.not_ours({"kind": "Job", **existing}))
         request = self._planner(records).measure_request(
             _planned(current), rate=workload.request_rate
         )
@@ -591,17 +631,7 @@ class StudyStep:
         if load.phase == "Conflict":
             return self._conflict(tuning, current, load.detail)
         if load.phase == "Void":
-            self._delete(Delete("batch/v1", "Job", ns, job_name))
-            if current.note != load.detail:
-                self.events.append(
-                    Event(
-                        "Warning",
-                        "TrialDiscarded",
-                        f"Trial {current.number}: measurement discarded, {load.detail}",
-                    )
-                )
-            current.note = load.detail
-            return self._result(tuning)  # once it is gone, the trial is measured again
+            return self._voided(tuning, current, records, load.detail)
         if load.phase == "Gone":
             current.step = "Launching"  # measured again, once the engine is (still) ready
             return self._result(tuning, progressed=True)
@@ -820,6 +850,10 @@ class StudyStep:
     def _serving_pods(self, config_hash: str) -> list[dict[str, Any]]:
         return self.seen.serving_pods(config_hash)
 
+
+MAX_VOIDED = 2
+"""Load Jobs of one trial discarded (completed through a pod they did not make) before the trial
+is recorded as failed rather than measured again."""
 
 TrialStep = Callable[[StudyStep, TuningStatus, CurrentTrial, list[TrialRecord]], Decision]
 

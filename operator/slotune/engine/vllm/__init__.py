@@ -154,7 +154,9 @@ class Vllm:
     def check_config(
         self, args: EngineArgs, extra_args: list[str], backend: AttentionBackend, image: str
     ) -> list[Violation]:
-        return rules.check_config(args, extra_args, backend, rules.version_of_image(image))
+        return rules.check_config(
+            args, extra_args, backend, rules.version_of_image(image), exact=rules.exact_table(image)
+        )
 
     def check_resources(
         self, extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None

@@ -247,9 +247,13 @@ def flag_values(version: str = PINNED_VERSION) -> Mapping[str, tuple[str, tuple[
     return found
 
 
-def _value_problem(option: str, value: str, version: str) -> str | None:
-    """Why vLLM's parser would refuse `value` for `option`, if it would."""
+def _value_problem(option: str, value: str, version: str, *, choices_too: bool) -> str | None:
+    """Why vLLM's parser would refuse `value` for `option`, if it would. The types of values
+    hold from release to release; the lists of choices grow, so they are checked only against
+    the table of the image's own version (`choices_too`)."""
     kind, choices = flag_values(version).get(option, ("-", ()))
+    if not choices_too:
+        choices = ()
     converted: object = value
     try:
         if kind == "int":
@@ -273,6 +277,13 @@ def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
 def supported_versions() -> list[str]:
     folder = resources.files("slotune.engine.vllm").joinpath("flags")
     return sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
+
+
+def exact_table(image: str) -> bool:
+    """Whether slotune has the flag table of the image's own vLLM version."""
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
+    return bool(match) and match.group(1) in supported_versions()  # type: ignore[union-attr]
 
 
 def version_of_image(image: str) -> str:
@@ -335,7 +346,9 @@ def extra_flags_named(extra_args: Sequence[str]) -> set[str]:
     return {option for _, option in extra_flags(list(extra_args))}
 
 
-def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> list[Violation]:
+def check_extra_args(
+    extra_args: list[str], version: str = PINNED_VERSION, *, exact: bool = True
+) -> list[Violation]:
     """Problems with `spec.engine.extraArgs`, each naming the fix."""
     problems: list[Violation] = []
     tuned = _tuned_by_spelling()
@@ -358,7 +371,7 @@ def check_extra_args(extra_args: list[str], version: str = PINNED_VERSION) -> li
                     f"value; write {extra_args[index]!r}",
                 )
             )
-    problems += _check_values(extra_args, version)
+    problems += _check_values(extra_args, version, exact=exact)
     for index, option in extra_flags(extra_args):
         where = f"spec.engine.extraArgs[{index}]"
         if option in tuned:
@@ -408,7 +421,7 @@ def _takes(arity: str) -> tuple[int, int | None]:
     return {"0": (0, 0), "?": (0, 1), "*": (0, None), "+": (1, None)}.get(arity, (1, 1))
 
 
-def _check_values(extra_args: list[str], version: str) -> list[Violation]:
+def _check_values(extra_args: list[str], version: str, *, exact: bool = True) -> list[Violation]:
     """Each flag's values counted as vLLM's parser counts them: a switch given a value, a flag
     missing its value, a value no flag takes. Unknown flags are reported elsewhere and take
     whatever follows them here."""
@@ -462,7 +475,7 @@ def _check_values(extra_args: list[str], version: str) -> list[Violation]:
             )
         elif most == 1 and given == 1:
             value = token.partition("=")[2] if equals else rest[0]
-            refused = _value_problem(option, value, version)
+            refused = _value_problem(option, value, version, choices_too=exact)
             if refused is not None:
                 problems.append(
                     Violation(
@@ -524,9 +537,12 @@ def check_config(
     extra_args: list[str],
     backend: AttentionBackend,
     version: str = PINNED_VERSION,
+    *,
+    exact: bool = True,
 ) -> list[Violation]:
-    """Every known rule, checked before anything is launched."""
-    problems = check_args(args, backend) + check_extra_args(extra_args, version)
+    """Every known rule, checked before anything is launched (`exact`: the table is the
+    image's own version's)."""
+    problems = check_args(args, backend) + check_extra_args(extra_args, version, exact=exact)
     disables_chunking = any(
         flag in ("--disable-chunked-prefill", "--no-enable-chunked-prefill")
         for _, flag in extra_flags(extra_args)
