@@ -162,6 +162,18 @@ def test_an_answer_about_the_object_is_a_spec_error_one_about_the_moment_is_retr
     assert KubeError(status, "x", message).rejected is rejected
 
 
+def stored(api: MemoryApi, spec: dict[str, Any]) -> Ref:
+    """An LLMDeployment `m` in namespace `ns` with this spec, as the API server holds it."""
+    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
+    api.objects[MemoryApi._key(ref)] = {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": copy.deepcopy(spec),
+    }
+    return ref
+
+
 class RefusingApi(MemoryApi):
     """Answers an apply of a Deployment of more than one replica as server-side apply answers
     a field its schema lacks (500, every time)."""
@@ -179,14 +191,7 @@ class RefusingApi(MemoryApi):
 
 def test_a_refused_apply_is_invalid_and_the_last_good_spec_keeps_serving() -> None:
     api = RefusingApi()
-    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
-    body = {
-        "apiVersion": "slotune.dev/v1alpha1",
-        "kind": "LLMDeployment",
-        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": raw(),
-    }
-    api.objects[MemoryApi._key(ref)] = copy.deepcopy(body)
+    ref = stored(api, raw())
     reconcile(api.get(ref) or {}, api, NOW)
     good = api.get(Ref("apps/v1", "Deployment", "ns", "m"))
     assert good is not None
@@ -241,14 +246,7 @@ def test_privilege_a_spec_asks_for_and_the_level_that_allows_it() -> None:
 
 def test_without_the_policy_the_operator_refuses_privilege_the_namespace_does_not_allow() -> None:
     api = MemoryApi()
-    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
-    body = {
-        "apiVersion": "slotune.dev/v1alpha1",
-        "kind": "LLMDeployment",
-        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": raw(**{"engine.securityContext": {"privileged": True}}),
-    }
-    api.objects[MemoryApi._key(ref)] = copy.deepcopy(body)
+    ref = stored(api, raw(**{"engine.securityContext": {"privileged": True}}))
     done = reconcile(api.get(ref) or {}, api, NOW)
     assert done.invalid is not None
     assert "spec.engine.securityContext.privileged: true: namespace ns does not allow it" in (
@@ -289,14 +287,7 @@ def test_a_later_child_refused_does_not_roll_the_deployment_back_and_forth() -> 
     new spec (applying the last good one again would roll it out and back on every reconcile),
     and the status says what the server refused."""
     api = RefusingServices()
-    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", "ns", "m")
-    body = {
-        "apiVersion": "slotune.dev/v1alpha1",
-        "kind": "LLMDeployment",
-        "metadata": {"name": "m", "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": raw(),
-    }
-    api.objects[MemoryApi._key(ref)] = copy.deepcopy(body)
+    ref = stored(api, raw())
     reconcile(api.get(ref) or {}, api, NOW)
     edited = api.get(ref) or {}
     edited["spec"]["replicas"] = 2

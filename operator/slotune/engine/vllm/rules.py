@@ -279,20 +279,21 @@ def supported_versions() -> list[str]:
     return sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
 
 
-def exact_table(image: str) -> bool:
-    """Whether slotune has the flag table of the image's own vLLM version."""
+def _tabled_version(image: str) -> str | None:
+    """The image tag's vLLM version (`…:v0.32.0` → 0.32.0), if slotune has its flag table."""
     tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
     match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
-    return bool(match) and match.group(1) in supported_versions()  # type: ignore[union-attr]
+    return match.group(1) if match and match.group(1) in supported_versions() else None
+
+
+def exact_table(image: str) -> bool:
+    """Whether slotune has the flag table of the image's own vLLM version."""
+    return _tabled_version(image) is not None
 
 
 def version_of_image(image: str) -> str:
     """The vLLM version whose flag table applies to an image (`…:v0.32.0` → 0.32.0)."""
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
-    if match and match.group(1) in supported_versions():
-        return match.group(1)
-    return PINNED_VERSION
+    return _tabled_version(image) or PINNED_VERSION
 
 
 def flag_table_note(image: str) -> str:
