@@ -15,6 +15,14 @@
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
+#   bench/gpu/on-device.sh study SECONDS    starts the card's study (h100-study.yaml on an H100,
+#                                           h200-study.yaml on an H200, with the card's
+#                                           platform) in the background, stopped between
+#                                           trials so that it ends within SECONDS; records
+#                                           in /tmp/slotune-study; resumes like `tune`
+#   bench/gpu/on-device.sh study-follow SECONDS
+#                                           brings the running study's log and records back
+#                                           to $OUT for SECONDS (or until it ends)
 #   bench/gpu/on-device.sh landscape MINUTES
 #                                           starts extending the card's landscape (bench/
 #                                           landscapes/h200-study.jsonl or h100-study.jsonl, carried; bench/
@@ -50,6 +58,15 @@ operator="$here/.state/operator"
 export PYTHONPATH="$site:$operator" PYTHONUNBUFFERED=1
 # Multicast stays off (the device README); harmless on one GPU.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+# The card this machine has: capacities compare within one kind of GPU only, and a call may
+# get an H100 where an H200 was asked for.
+card() {
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H100*) echo h100 ;;
+    *) echo h200 ;;
+  esac
+}
 
 case "${1:-}" in
 stash)
@@ -113,6 +130,45 @@ tune)
   cp "$study/trials.txt" "$study/report.html" "$OUT/" 2>/dev/null || true
   tar -czf "$OUT/engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
   ;;
+study)
+  # Like `repeat`: its own process session, so that it goes on across calls (`study-follow`)
+  # for as long as the machine stays held; `timebox.py` stops it between trials by SECONDS.
+  seconds="${2:?study SECONDS}"
+  name="$(card)"
+  mkdir -p "$study"
+  carried="$here/.state/trials.jsonl"
+  if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
+    cp -v "$carried" "$study/trials.jsonl"
+  fi
+  echo "== $(date -u +%FT%TZ) study on $name ($name-study.yaml), at most $seconds s" >>/tmp/slotune-study.log
+  setsid bash -c '"$@"; echo "[study ended with status $?]"' study \
+    python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 480 \
+    --records "$study/trials.jsonl" -- \
+    python3 -c "import sys; from slotune.tuner.local import main; sys.exit(main(sys.argv[1:]))" \
+    "$here/$name-study.yaml" --local --platform "$name" --model-dir "$here/llama-8b" \
+    --dummy-weights --vllm-python python3 --out "$study" >>/tmp/slotune-study.log 2>&1 </dev/null &
+  echo "$!" >/tmp/slotune-study.pid
+  echo "study started on $name (pid $!); bench/gpu/on-device.sh study-follow SECONDS brings it back"
+  ;;
+study-follow)
+  seconds="${2:?study-follow SECONDS}"
+  pid="$(cat /tmp/slotune-study.pid)"
+  bring_back() {
+    cp /tmp/slotune-study.log "$OUT/study.log" 2>/dev/null || true
+    cp "$study/trials.jsonl" "$study/trials.txt" "$study/report.html" "$OUT/" 2>/dev/null || true
+    return 0
+  }
+  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
+    bring_back
+    sleep 5
+  done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "the study has ended"
+    tar -czf "$OUT/study-engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
+  fi
+  bring_back
+  tail -n 40 /tmp/slotune-study.log
+  ;;
 landscape)
   # Runs in its own process session, so that it outlives this call and goes on across the
   # calls that follow (`follow`), for as long as the machine stays held: a trial needs not fit
@@ -121,10 +177,7 @@ landscape)
   work=/tmp/slotune-landscape.jsonl
   # The file is the card's: capacities compare within one kind of GPU only, and a call may get
   # an H100 where an H200 was asked for (h100-study.jsonl, same spec).
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
-    *H100*) name=h100-study ;;
-    *) name=h200-study ;;
-  esac
+  name="$(card)-study"
   echo "$name" >/tmp/slotune-landscape.name
   carried="$root/bench/landscapes/$name.jsonl"
   if [[ ! -f "$work" && -f "$carried" ]]; then cp -v "$carried" "$work"; fi
@@ -173,10 +226,7 @@ repeat)
     fi
   done
   # The platform stays h200 (its vLLM defaults); the card names the files only.
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
-    *H100*) name=h100 ;;
-    *) name=h200 ;;
-  esac
+  name="$(card)"
   echo "$name" >/tmp/slotune-repeat.name
   mkdir -p /tmp/slotune-repeat
   echo "== $(date -u +%FT%TZ) repeat: $engines engines, seed $seed, on $name" >>/tmp/slotune-repeat.log

@@ -56,6 +56,14 @@ def test_the_default_space_keeps_only_values_the_backend_accepts(platform: Platf
                 assert vllm.backend_accepts(name, value, platform.backend), (name, value)
 
 
+def test_a_card_that_shares_a_column_gets_its_defaults_and_space_with_its_own_spread() -> None:
+    h100, h200 = PLATFORMS["h100"], PLATFORMS["h200"]
+    assert h100.table == "h200"
+    assert h100.defaults == h200.defaults
+    assert default_space(h100) == default_space(h200)
+    assert h100.spread != h200.spread
+
+
 def test_trial_lines_use_the_registrys_short_names() -> None:
     line = describe_params({"max_num_batched_tokens": 384, "enable_prefix_caching": False})
     assert line == "batched=384 prefix=off"

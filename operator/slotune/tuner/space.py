@@ -40,13 +40,20 @@ class Platform:
     """How much one configuration's capacity moves between engine starts beyond one start's
     interval (sd of ln rate), measured on this platform: every capacity's interval includes it
     (`capacity.Capacity.interval`)."""
+    column: str = ""
+    """The knob registry's column for this hardware (its search ranges and the engine's
+    defaults there), when it is not `name`: cards the engine treats alike share one."""
+
+    @property
+    def table(self) -> str:
+        return self.column or self.name
 
     @property
     def defaults(self) -> dict[str, Any]:
         return {
-            k.field: k.defaults[self.name]
+            k.field: k.defaults[self.table]
             for k in in_draw_order(self.engine)
-            if self.name in k.defaults
+            if self.table in k.defaults
         }
 
     def default_args(self) -> EngineArgs:
@@ -66,7 +73,13 @@ H200 = Platform(name="h200", backend="FLASH_ATTN", spread=0.053)
 (`bench/variance_components.py bench/landscapes/h200-study.jsonl`): 13.9-16.1 req/s, sigma_b
 0.053 in ln rate beyond each start's own interval (90% interval 0.030-0.136, four degrees of
 freedom)."""
-PLATFORMS = {p.name: p for p in (CPU, H200)}
+H100 = Platform(name="h100", backend="FLASH_ATTN", spread=0.0, column="h200")
+"""vLLM's defaults and ranges are the H200's (both are GPUs with at least 70 GiB). The spread:
+vLLM's defaults of the GPU study on three fresh engine starts of one H100 80GB, in one sitting
+as a study's trials run (`bench/results/gpu-repeatability-h100-seed100.json`): 13.8-14.1 req/s
+(1.022x), within-start sd 0.017, no between-start part left (0.000, two degrees of freedom).
+The H200's figure above spans five machines, the card-to-card part included."""
+PLATFORMS = {p.name: p for p in (CPU, H200, H100)}
 
 
 def platform_for(spec: LLMDeploymentSpec) -> Platform:
@@ -113,7 +126,7 @@ def default_space(platform: Platform) -> Space:
     """Every knob slotune tunes by default on this platform (the registry's search ranges)."""
     space: Space = {}
     for knob in in_draw_order(platform.engine):
-        rule = knob.search.get(platform.name)
+        rule = knob.search.get(platform.table)
         distribution = (
             _distribution(platform.engine, knob, rule, platform.backend) if rule else None
         )
