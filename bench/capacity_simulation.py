@@ -92,15 +92,22 @@ class Engine:
         """(good, total) per request, in arrival order, for each target."""
         stay = 1 - 1 / self.burst_length
         enter = self.burst_share / (1 - self.burst_share) / self.burst_length
-        calm = (1 - self.burst_share * self.burst_factor) / (1 - self.burst_share)
+        misses = {}
+        for name, q in PERCENTILES.items():
+            miss = 1 - self.curve(rate, self.crossings[name], q / 100)
+            # Inside a burst `burst_factor` times the mean, at most every request; outside,
+            # what keeps the mean the curve's (once bursts miss every request, the calm
+            # stretches carry the rest).
+            inside = min(1.0, miss * self.burst_factor)
+            outside = (miss - self.burst_share * inside) / (1 - self.burst_share)
+            misses[name] = (inside, outside)
         out: dict[str, list[tuple[int, int]]] = {name: [] for name in PERCENTILES}
         burst = self.rng.random() < self.burst_share
         for _ in range(count):
             burst = self.rng.random() < (stay if burst else enter)
-            factor = self.burst_factor if burst else calm
-            for name, q in PERCENTILES.items():
-                miss = 1 - self.curve(rate, self.crossings[name], q / 100)
-                good = self.rng.random() >= min(1.0, miss * factor)
+            for name in PERCENTILES:
+                inside, outside = misses[name]
+                good = self.rng.random() >= (inside if burst else outside)
                 out[name].append((int(good), 1))
         return out
 

@@ -76,12 +76,13 @@ each side: five fresh engines of vLLM's CPU defaults on five schedules found bra
 capacities over five grid steps, 2.53-4.01 req/s (`bench/results/capacity-repeatability.md`)."""
 
 
-MIN_EFFECTIVE = 7.0
+MIN_EFFECTIVE = 4.4
 """The fewest effective samples a window of at least MIN_EARLY_WINDOW requests can count,
 however its good and bad samples are ordered: batch means over B equal batches give a design
-effect of at most N / (B - 1), so B - 1 = 9 effective samples; batches that differ by a request
-give a little less (at least 7.6 for every window of 20-400 requests with its bad samples first,
-the most clustered order, computed with `attainment.effective_samples`)."""
+effect of at most N / (B - 1), so B - 1 = 5 effective samples (`attainment.BATCHES`); batches
+that differ by a request give a little less (at least 4.49 for every window of 20-400 requests
+with its bad samples first, the most clustered order, computed with
+`attainment.effective_samples`)."""
 MIN_EARLY_WINDOW = 20
 
 

@@ -9,8 +9,10 @@ near the first. So every probe's attainment of every target feeds one model per 
     A(r) = sigmoid(logit(q) - s * (ln r - ln c))
 
 with q the target's percentile (0.95 for p95), c the crossing (A(c) = q: the capacity as that
-target sees it) and s > 0 the steepness. It is monotone in the rate by construction, as
-attainment is (more load never makes latency better). A probe with a fraction f of its samples
+target sees it) and s > 0 the steepness; or the power law 1 - A(r) = (1 - q) (r / c)^s, which
+agrees with it near the crossing and overloads faster beyond it (`_curves`: the prior holds
+both). Each is monotone in the rate by construction, as attainment is (more load never makes
+latency better). A probe with a fraction f of its samples
 within the bound, worth e independent samples (`attainment.effective_samples`: batch means over
 the probe's requests in arrival order), adds the quasi-binomial log-likelihood
 e * (f ln A + (1 - f) ln(1 - A)), so a probe counts as much as its own variance says it should.
@@ -63,11 +65,17 @@ that was noise. Without the bounds a soft failure at the highest probe left the 
 above (a crossing beyond every probe leaves the upper slope unconstrained, and the slope
 prior's breadth then favours it over one the data pins down), and an outlying probe could
 put the crossing below rates that passed."""
-TEMPER = (NormalDist().inv_cdf(0.975) / 2.2621571628) ** 2
-"""Each probe's log-likelihood is scaled by (z / t)^2, with t Student's 97.5% point at 9
-degrees of freedom: a probe's effective samples come from the spread of B = 10 batch means, a
-variance estimated with B - 1 degrees of freedom, and taking it as known would state intervals
-narrower than they are (the simulation's coverage, `bench/capacity_simulation.py`)."""
+STUDENT_975 = {4: 2.7764451052, 5: 2.5705818366, 6: 2.4469118511, 7: 2.3646242510,
+               8: 2.3060041350, 9: 2.2621571628}  # fmt: skip
+"""Student's t at 97.5% by degrees of freedom."""
+BATCH_DEGREES = 5
+"""The degrees of freedom of a probe's variance: `attainment.BATCHES` - 1 (a unit test holds
+the two together)."""
+TEMPER = (NormalDist().inv_cdf(0.975) / STUDENT_975[BATCH_DEGREES]) ** 2
+"""Each probe's log-likelihood is scaled by (z / t)^2, with t Student's 97.5% point at the
+batch means' degrees of freedom: a probe's effective samples come from the spread of B batch
+means, a variance estimated with B - 1 degrees of freedom, and taking it as known would state
+intervals narrower than they are (the simulation's coverage, `bench/capacity_simulation.py`)."""
 
 Floats = npt.NDArray[np.float64]
 
@@ -181,9 +189,7 @@ def crossing_cdf(
     fraction = np.array([o.good / o.total for o in used])[None, None, :]
     weight = np.array([o.weight for o in used])[None, None, :]
     x = log_r - log_rates[:, None, None]  # the probe's rate over the candidate crossing
-    z = _logit(q) - SLOPES[None, :, None] * x
-    log_a = np.maximum(_log_sigmoid(z), math.log(MIN_P))
-    log_not = np.maximum(_log_sigmoid(-z), math.log(MIN_P))
+    log_a, log_not = _curves(q, x)
     each = TEMPER * weight * (fraction * log_a + (1 - fraction) * log_not)  # crossing, slope, probe
     below = np.where(x < 0, each, 0.0).sum(axis=2)
     above = np.where(x >= 0, each, 0.0).sum(axis=2)
@@ -200,6 +206,28 @@ def crossing_cdf(
     mass = np.exp(log_mass - log_mass.max())
     cdf = np.cumsum(mass)
     return np.asarray(cdf / cdf[-1], dtype=np.float64)
+
+
+def _curves(q: float, x: Floats) -> tuple[Floats, Floats]:
+    """ln A and ln (1 - A) at each probe's ln rate over a candidate crossing (`x`), for every
+    curve of the prior (axis 1): the logistic in ln rate at each of `SLOPES`, then the power
+    law in the violation rate, 1 - A = (1 - q) (r / c)^s, at each of them. The two agree near
+    the crossing and part far from it: a logistic's misses approach 1 as slowly as they left
+    0, a power law's reach every request within a few multiples of the crossing (a queue's
+    overload). Fitted with one form only, probes far above the crossing pull it towards them
+    when the engine's curve is the other (`bench/capacity_simulation.py`)."""
+    slopes = SLOPES[None, :, None]
+    z = _logit(q) - slopes * x
+    floor = math.log(MIN_P)
+    logistic_a = np.maximum(_log_sigmoid(z), floor)
+    logistic_not = np.maximum(_log_sigmoid(-z), floor)
+    power_not = np.minimum(math.log(1 - q) + slopes * x, math.log1p(-MIN_P))
+    power_a = np.maximum(np.log1p(-np.exp(power_not)), floor)
+    power_not = np.maximum(power_not, floor)
+    return (
+        np.concatenate([logistic_a, power_a], axis=1),
+        np.concatenate([logistic_not, power_not], axis=1),
+    )
 
 
 def _log_mean_exp(values: Floats) -> Floats:

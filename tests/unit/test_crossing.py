@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from slotune import capacity, crossing
+from slotune import attainment, capacity, crossing
 from slotune.capacity import Probe, ProbeVerdict, SearchSettings, TargetFigures
 from slotune.crossing import Difference, Observation
 
@@ -355,3 +355,25 @@ def test_a_resolved_pass_bounds_the_crossing_from_below() -> None:
     assert fitted is not None
     low, _ = fitted.interval()
     assert low >= 3.72 / capacity.STEP * 0.999
+
+
+def test_a_power_law_curve_overloaded_far_above_does_not_pull_the_crossing_up() -> None:
+    # Misses that grow as a power of the rate, 1 - A = 0.05 (r / c)^6, reach every request at
+    # 1.65x the crossing; a logistic's approach that far more slowly. Probes at 0.9, 1.2 and
+    # 2.0x, 400 samples each: fitted with the logistic alone the far probe steepens the upper
+    # slope and puts the crossing at 1.15, its interval 1.085-1.19, short of the truth.
+    def power(rate: float) -> float:
+        return max(0.0, 1 - 0.05 * rate**6)
+
+    observations = [Observation(r, round(power(r) * 400), 400, 400) for r in (0.9, 1.2, 2.0)]
+    found = crossing.fit({"ttft": (P95, observations)})
+    assert found is not None
+    low, high = found.interval()
+    assert high is not None
+    assert low <= 1.0 <= high
+    assert found.estimate < 1.1
+
+
+def test_the_likelihoods_temper_is_students_at_the_batch_means_degrees() -> None:
+    assert crossing.BATCH_DEGREES == attainment.BATCHES - 1
+    assert crossing.TEMPER < 1
