@@ -46,16 +46,16 @@ from typing import Any
 from tuner_comparison import EXAMPLE, MODEL, ROOT, vllm_python
 from variance_components import components
 
-from slotune import capacity, crossing
-from slotune.attainment import SLO_METRICS
-from slotune.capacity import MeasureRequest, required_rate
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import defaults_config, load_deployment
+from slotune.measure import capacity, crossing
+from slotune.measure.capacity import MeasureRequest, required_rate
+from slotune.measure.probe import CapacityMeasure
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalRuntime
+from slotune.slo.attainment import SLO_METRICS
 from slotune.stats import percentile
-from slotune.tuner.local import defaults_config, load_deployment
 from slotune.tuner.loop import engine_config
-from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.space import PLATFORMS, Platform
 
 

@@ -7,8 +7,8 @@ the same probes:
 
 - **bracket** (slotune up to this change): the highest rate that passed, its interval the
   bracket widened by `RESTART_SPREAD` grid steps each side;
-- **fit** (`slotune.crossing`): the crossing of the fitted attainment curves, its interval the
-  fit's, widened by the between-start spread.
+- **fit** (`slotune.measure.crossing`): the crossing of the fitted attainment curves, its
+  interval the fit's, widened by the between-start spread.
 
 The synthetic engine: two per-request targets (p90 and p95), each with its own crossing, the
 second 1-1.5x the first. Attainment against rate follows one of three shapes (logistic in log
@@ -37,8 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from slotune import attainment
-from slotune.capacity import (
+from slotune.measure.capacity import (
     FITTED,
     GOAL,
     MAX_PROBES,
@@ -53,6 +52,7 @@ from slotune.capacity import (
     probe_decision,
 )
 from slotune.models import SloTarget
+from slotune.slo import attainment
 
 PERCENTILES = {"ttft": 90.0, "itl": 95.0}
 STEADY = Stationarity(True, "simulated")

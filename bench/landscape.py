@@ -32,12 +32,12 @@ from typing import Any
 
 import yaml
 
-from slotune.capacity import Ceiling, MeasureRequest
-from slotune.runtime.local import LocalRuntime
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import load_deployment
+from slotune.measure.capacity import Ceiling, MeasureRequest
+from slotune.measure.probe import CapacityMeasure, measure_ceiling
 from slotune.tuner.landscape import Landscape, LandscapePoint, LandscapeRun
-from slotune.tuner.local import load_deployment
 from slotune.tuner.loop import NextTrial, Tuner, TunerOptions
-from slotune.tuner.measure import CapacityMeasure, measure_ceiling
 from slotune.tuner.records import MemoryStore
 from slotune.tuner.space import PLATFORMS, clamp_into, describe_params
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
-from slotune.loadgen import (
+from slotune.measure.loadgen import (
     RequestResult,
     Workload,
     arrival_times,

@@ -36,10 +36,10 @@ from typing import Any
 
 import yaml
 
-from slotune.runtime.local import LocalRuntime
-from slotune.tuner.local import load_deployment
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import load_deployment
+from slotune.measure.probe import CapacityMeasure
 from slotune.tuner.loop import NextTrial, Progress, StudyResult, Tuner, TunerOptions
-from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore
 from slotune.tuner.space import CPU, describe_params
 

@@ -60,8 +60,9 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 
-from slotune.attainment import wilson_interval
+from slotune.local.runner import load_deployment
 from slotune.models import LLMDeploymentSpec
+from slotune.slo.attainment import wilson_interval
 from slotune.tuner import perfmodel
 from slotune.tuner.landscape import (
     Key,
@@ -71,7 +72,6 @@ from slotune.tuner.landscape import (
     median_capacity,
     truly_feasible,
 )
-from slotune.tuner.local import load_deployment
 from slotune.tuner.loop import StudyResult, Tuner, TunerOptions
 from slotune.tuner.records import MemoryStore, TrialRecord
 from slotune.tuner.space import PLATFORMS, Platform, Space, build_space, clamp_into

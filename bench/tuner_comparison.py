@@ -31,10 +31,10 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from slotune.runtime.local import LocalRuntime
-from slotune.tuner.local import load_deployment
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import load_deployment
+from slotune.measure.probe import CapacityMeasure
 from slotune.tuner.loop import StudyResult, Tuner, TunerOptions
-from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialState
 from slotune.tuner.space import CPU, Space, describe_params
 

@@ -2,8 +2,8 @@
 
 Reads a recorded landscape (`bench/landscapes/*.jsonl`, written by `bench/landscape.py`): every
 point is one engine start of one configuration with every probe's attainment kept. Each point
-is refitted with `slotune.crossing` (the capacity estimate and this start's interval), and the
-configurations measured on more than one start give the variance components in ln rate:
+is refitted with `slotune.measure.crossing` (the capacity estimate and this start's interval),
+and the configurations measured on more than one start give the variance components in ln rate:
 
 - within a start: each point's own interval, read as a standard deviation (`crossing.log_sd`);
 - between starts: what the repeats' spread holds beyond that. With n_i starts of configuration
@@ -30,8 +30,8 @@ from statistics import NormalDist
 
 import yaml
 
-from slotune import crossing
-from slotune.capacity import Capacity, fit_probes, with_fit
+from slotune.measure import crossing
+from slotune.measure.capacity import Capacity, fit_probes, with_fit
 from slotune.models import LLMDeployment
 
 

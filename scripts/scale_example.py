@@ -9,7 +9,7 @@ problem on a fast machine and one with no feasible answer on a slow one (bench/r
 make-tune-runs.md, runs 5 and 6).
 
 The script starts vLLM's defaults once, measures their prefill ceiling the way a study's
-first trial does (its warm-up, then `slotune.tuner.measure.measure_ceiling`), and writes the
+first trial does (its warm-up, then `slotune.measure.probe.measure_ceiling`), and writes the
 scaled example to OUT with a header that says what was measured. An OUT that exists is kept,
 so that a resumed study goes on with the SLO and rate it started with.
 
@@ -27,11 +27,11 @@ from typing import Any
 
 import yaml
 
-from slotune.capacity import Ceiling
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import defaults_config, load_deployment
+from slotune.measure.capacity import Ceiling
+from slotune.measure.probe import CapacityMeasure, measure_ceiling
 from slotune.models import LLMDeploymentSpec
-from slotune.runtime.local import LocalRuntime
-from slotune.tuner.local import defaults_config, load_deployment
-from slotune.tuner.measure import CapacityMeasure, measure_ceiling
 from slotune.tuner.space import CPU
 
 REFERENCE_PREFILL_TPS = 30_000.0

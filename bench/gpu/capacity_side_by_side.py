@@ -5,7 +5,7 @@ one's capacity, and the engine's prefill ceiling.
 of several calls (10 minutes each) measures one configuration per call on the same machine.
 
 Each configuration gets a fresh engine start (the LocalRuntime the tuner uses) and the same
-capacity search the trials run (`slotune.tuner.measure.CapacityMeasure`), on the same arrival
+capacity search the trials run (`slotune.measure.probe.CapacityMeasure`), on the same arrival
 schedules: one workload seed, unused by the study (its screening used `seed`, its
 re-measurements `seed + 1`), so neither configuration is judged on the arrivals it was picked
 on. The prefill and decode ceilings are measured on the defaults' engine.
@@ -23,13 +23,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slotune.capacity import Ceiling, MeasureRequest, required_rate
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import load_deployment
+from slotune.measure.capacity import Ceiling, MeasureRequest, required_rate
+from slotune.measure.probe import CapacityMeasure
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalRuntime
-from slotune.tuner.local import load_deployment
 from slotune.tuner.loop import Finished, Planner
-from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord
 from slotune.tuner.space import PLATFORMS
 

@@ -94,7 +94,7 @@ install)
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" "$wheel"
     echo "Laid $(basename "$wheel") over the archive"
   done
-  time python3 -c 'import vllm, optuna, pydantic, slotune.tuner.local as l; print("vllm", vllm.__version__, "optuna", optuna.__version__, "pydantic", pydantic.__version__)'
+  time python3 -c 'import vllm, optuna, pydantic, slotune.local.runner as l; print("vllm", vllm.__version__, "optuna", optuna.__version__, "pydantic", pydantic.__version__)'
   ;;
 warm)
   python3 - "$here/h200-study.yaml" "$here/llama-8b" <<'PY'
@@ -102,8 +102,8 @@ import sys
 import time
 from pathlib import Path
 
-from slotune.runtime.local import LocalRuntime
-from slotune.tuner.local import defaults_config, load_deployment
+from slotune.local.process import LocalRuntime
+from slotune.local.runner import defaults_config, load_deployment
 from slotune.tuner.space import H200
 
 spec = load_deployment(Path(sys.argv[1])).spec
@@ -123,7 +123,7 @@ tune)
   fi
   python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 590 \
     --records "$study/trials.jsonl" -- \
-    python3 -c "import sys; from slotune.tuner.local import main; sys.exit(main(sys.argv[1:]))" "$here/h200-study.yaml" --local --platform h200 \
+    python3 -c "import sys; from slotune.local.runner import main; sys.exit(main(sys.argv[1:]))" "$here/h200-study.yaml" --local --platform h200 \
     --model-dir "$here/llama-8b" --dummy-weights --vllm-python python3 --out "$study" \
     2>&1 | tee -a "$OUT/study.log" || true
   cp "$study/trials.jsonl" "$OUT/" 2>/dev/null || true
@@ -144,7 +144,7 @@ study)
   setsid bash -c '"$@"; echo "[study ended with status $?]"' study \
     python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 480 \
     --records "$study/trials.jsonl" -- \
-    python3 -c "import sys; from slotune.tuner.local import main; sys.exit(main(sys.argv[1:]))" \
+    python3 -c "import sys; from slotune.local.runner import main; sys.exit(main(sys.argv[1:]))" \
     "$here/$name-study.yaml" --local --platform "$name" --model-dir "$here/llama-8b" \
     --dummy-weights --vllm-python python3 --out "$study" >>/tmp/slotune-study.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-study.pid

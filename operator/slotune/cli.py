@@ -171,17 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["loadgen"]:
         # The load generator owns its flags (and its --help).
-        from slotune import loadgen  # noqa: PLC0415 - aiohttp is loaded only to drive load
+        from slotune.measure import loadgen  # noqa: PLC0415 - aiohttp is loaded only to drive load
 
         return loadgen.main(argv[1:])
     if argv[:1] == ["trial-load"]:
-        from slotune.tuner import measure  # noqa: PLC0415 - aiohttp is loaded only to drive load
+        from slotune.measure import probe  # noqa: PLC0415 - aiohttp is loaded only to drive load
 
-        return measure.trial_load_main(argv[1:])
+        return probe.trial_load_main(argv[1:])
     if argv[:1] == ["tune"]:
-        from slotune.tuner import local  # noqa: PLC0415 - Optuna is loaded only to tune
+        from slotune.local import runner  # noqa: PLC0415 - Optuna is loaded only to tune
 
-        return local.main(argv[1:])
+        return runner.main(argv[1:])
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

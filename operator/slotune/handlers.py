@@ -34,7 +34,7 @@ from typing import Any
 
 import kopf
 
-from slotune import models, opmetrics, render, tuning
+from slotune import models, opmetrics, render, study
 from slotune.backoff import Backoff
 from slotune.kube import (
     CachedKube,
@@ -111,9 +111,9 @@ def _settings() -> OperatorSettings:
     return settings
 
 
-def _trial_settings() -> tuning.Settings:
+def _trial_settings() -> study.Settings:
     settings = _settings()
-    return tuning.Settings(
+    return study.Settings(
         load_image=settings.load_image, startup_seconds=settings.trial_startup_seconds
     )
 

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from slotune import oncall
 from slotune.backoff import Backoff
 from slotune.engine import engine_for
+from slotune.live import oncall
 from slotune.metrics import PrometheusSource, model_selector
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus, WorkloadSpec
 from slotune.reconcile import Watch
-from slotune.tuning import Live
+from slotune.study import Live
 
 CACHE_SECONDS = 5.0
 QUERY_TIMEOUT_SECONDS = 5

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from slotune import render, tuning
+from slotune import render, study
 from slotune.engine import ENGINES
 from slotune.kube import KubeApi, KubeError, Ref, schema_problems
 from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
@@ -66,7 +66,7 @@ class ChildApplyError(Exception):
 class Watch:
     """What on-call monitoring contributes to one reconcile."""
 
-    live: tuning.Live = field(default_factory=tuning.Live)
+    live: study.Live = field(default_factory=study.Live)
     rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, MetricsAvailable, ...
     slo: SloStatus | None = None
     gpu: GpuStatus | None = None
@@ -108,7 +108,7 @@ def reconcile(
     now: datetime,
     *,
     monitor: Monitor | None = None,
-    settings: tuning.Settings | None = None,
+    settings: study.Settings | None = None,
 ) -> Reconciled:
     """Bring the children of one LLMDeployment to its spec and report in its status."""
     meta = body["metadata"]
@@ -119,7 +119,7 @@ def reconcile(
 
     deployment: dict[str, Any] | None = kube.get(deployment_ref)
     watch: Watch | None = None
-    study: tuning.Decision | None = None
+    decision: study.Decision | None = None
     conflicts: list[str] = []
     apply_failure: str | None = None
     events: list[Event] = []
@@ -141,8 +141,8 @@ def reconcile(
         served = render.served_name(owner, spec)
         watch = monitor(spec, previous, owner.namespace, served, now) if monitor else None
         _, active_hash = _active_config(deployment)
-        study = tuning.step(
-            tuning.Context(
+        decision = study.step(
+            study.Context(
                 owner=owner,
                 spec=spec,
                 previous=previous.tuning,
@@ -150,11 +150,11 @@ def reconcile(
                 kube=kube,
                 active_hash=active_hash,
                 serving_ready=_serving_ready(deployment),
-                live=watch.live if watch else tuning.Live(),
-                settings=settings or tuning.Settings(),
+                live=watch.live if watch else study.Live(),
+                settings=settings or study.Settings(),
             )
         )
-        serving = render.with_params(spec, study.overlay)
+        serving = render.with_params(spec, decision.overlay)
         deployment, rejected, apply_failure, applied = _apply_or_explain(
             owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
         )
@@ -187,8 +187,8 @@ def reconcile(
         deployment=DeploymentState.from_object(deployment),
         active_args=active_args,
         config_hash=active_hash,
-        tuning=study.tuning if study else previous.tuning,
-        tuning_row=study.row if study else None,
+        tuning=decision.tuning if decision else previous.tuning,
+        tuning_row=decision.row if decision else None,
         monitoring_rows=watch.rows if watch else [],
         slo=watch.slo if watch else previous.slo,
         gpu=watch.gpu if watch else previous.gpu,
@@ -196,9 +196,9 @@ def reconcile(
     )
     current = settle_figures(previous, compute_status(observation, previous, now), now)
     outcome = Reconciled(status=current, events=transitions(previous, current) + events, spec=spec)
-    if study is not None:
-        outcome.events += study.events
-        outcome.progressed = study.progressed
+    if decision is not None:
+        outcome.events += decision.events
+        outcome.progressed = decision.progressed
     outcome.seen = body
     if changed(previous, current):
         outcome.seen = kube.apply_status(owner.namespace, owner.name, to_patch(current))
@@ -273,7 +273,7 @@ def _keep_last_good(
     has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
     if _conflicts(owner, last_good, kube, deployment, has_pod_monitor):
         return deployment, None
-    serving = render.with_params(last_good, tuning.serving_overlay(previous.tuning))
+    serving = render.with_params(last_good, study.serving_overlay(previous.tuning))
     deployment, _, apply_failure, _ = _apply_or_explain(
         owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
     )

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slotune import models
-from slotune.capacity import MAX_PROBES, MeasureRequest
 from slotune.engine import DEFAULT_KIND, engine_for
 from slotune.engine.base import Engine
+from slotune.measure.capacity import MAX_PROBES, MeasureRequest
+from slotune.measure.loadjob import LoadArgs
 
 MANAGED_BY = "slotune"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -546,32 +548,16 @@ def render_load_job(
     if spec.slo is None:
         raise ValueError("a load Job needs spec.slo")
     measured = models.seconds(workload.duration)
-    command = [
-        "slotune",
-        "trial-load",
-        "--url",
-        url,
-        "--model",
-        served_name(owner, spec),
-        "--workload",
-        workload.model_dump_json(by_alias=True, exclude_none=True),
-        "--slo",
-        spec.slo.model_dump_json(by_alias=True, exclude_none=True),
-        "--seed",
-        str(request.seed),
-        "--target-rate",
-        f"{request.target_rate:.6g}",
-        "--result-file",
-        TERMINATION_LOG,
-    ]
-    if request.measure_ceiling:
-        command.append("--measure-ceiling")
-    if request.ceiling is not None:
-        command += ["--ceiling", request.ceiling.model_dump_json()]
-    if request.precise:
-        command.append("--precise")
-    if request.spread:
-        command += ["--spread", f"{request.spread:.6g}"]
+    load = LoadArgs(
+        url=url,
+        model=served_name(owner, spec),
+        engine=spec.engine.kind,
+        workload=workload,
+        slo=spec.slo,
+        request=request,
+        result_file=Path(TERMINATION_LOG),
+    )
+    command = ["slotune", "trial-load", *load.argv()]
     labels = trial_labels(owner, LOAD_COMPONENT, study, trial)
     return {
         "apiVersion": "batch/v1",

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from slotune.engine.vllm import custom_histogram_buckets
+from slotune.local.process import LocalRuntime
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalRuntime
 from support.engine import SERVED_NAME, TINY_MODEL, ScrapedEngine, vllm_python
 from support.prometheus import PrometheusServer, prometheus_binary
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from slotune.capacity import Ceiling
+from slotune.measure.capacity import Ceiling
+from slotune.measure.probe import TERMINATION_MESSAGE_BYTES
+from slotune.measure.record import Measurement
 from slotune.models import SloSpec, WorkloadSpec
-from slotune.tuner.measure import TERMINATION_MESSAGE_BYTES
-from slotune.tuner.records import Measurement
 from support.engine import SERVED_NAME, ScrapedEngine
 from support.image import operator_image, podman_env, run_argv
 

@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 
 from slotune.engine.startup import FailureKind
+from slotune.local.process import LocalRuntime, cpu_dtype
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.runtime.local import LocalRuntime, cpu_dtype
 from support.engine import TINY_MODEL, vllm_python
 
 pytestmark = pytest.mark.engine

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import pytest
 
 from slotune.engine.vllm import custom_histogram_buckets
-from slotune.loadgen import RequestResult, Workload, plan_requests, run_workload, summarize
+from slotune.local.process import LocalEngine, LocalRuntime, cpu_dtype
+from slotune.measure.loadgen import RequestResult, Workload, plan_requests, run_workload, summarize
 from slotune.metrics import (
     Exposition,
     PrometheusSource,
@@ -51,8 +52,7 @@ from slotune.metrics import (
 )
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalEngine, LocalRuntime, cpu_dtype
-from slotune.slo import evaluate_samples, histogram_quantile, judge_histogram
+from slotune.slo.histogram import evaluate_samples, histogram_quantile, judge_histogram
 from slotune.stats import mean, percentile
 from support import promql as queries
 from support.engine import TINY_MODEL

@@ -20,10 +20,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from tests.support.specs import llm_spec
 
+from slotune.live.oncall import LiveReading, OnCall, evaluate, read_live
 from slotune.metrics import PrometheusSource
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus
-from slotune.oncall import LiveReading, OnCall, evaluate, read_live
 from support.engine import SERVED_NAME, ScrapedEngine
 from support.prometheus import PrometheusServer, prometheus_binary
 
@@ -39,9 +40,7 @@ EMPTY = LLMDeploymentStatus()
 
 
 def spec(slo: dict[str, Any], **more: Any) -> LLMDeploymentSpec:
-    return LLMDeploymentSpec.model_validate(
-        {"model": {"name": "tiny", "servedName": SERVED_NAME}, "slo": slo, **more}
-    )
+    return llm_spec(model={"name": "tiny", "servedName": SERVED_NAME}, slo=slo, **more)
 
 
 # TTFT p95 <= 2 s is a bound the shared engine's --custom-histogram-buckets add; TPOT's 1 s is

@@ -24,7 +24,7 @@ from slotune.metrics import (
 )
 from slotune.models import LLMDeploymentSpec
 from slotune.monitor import live_workload
-from slotune.slo import histogram_quantile, judge_histogram
+from slotune.slo.histogram import histogram_quantile, judge_histogram
 from support import promql
 from support.engine import ScrapedEngine
 from support.prometheus import PrometheusServer

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from slotune.local.process import LocalRuntime
+from slotune.measure.probe import CapacityMeasure
 from slotune.models import LLMDeploymentSpec
-from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import Tuner, TunerOptions
-from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialState
 from slotune.tuner.space import CPU
 from support.engine import TINY_MODEL, vllm_python

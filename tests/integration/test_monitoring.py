@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.specs import llm_spec
 
 from slotune import models, render
 from slotune.opmetrics import OperatorMetrics
@@ -331,12 +332,9 @@ HEALTHY = models.LLMDeploymentStatus.model_validate(
 
 
 def _spec(served_name: str) -> models.LLMDeploymentSpec:
-    return models.LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedName": served_name},
-            "slo": {"ttft": {"maxSeconds": 2}, "tpot": {"maxSeconds": 0.05}},
-            "tuning": {"enabled": True, "maxTrials": 20},
-        }
+    return llm_spec(
+        model={"name": "meta-llama/Llama-3.1-8B-Instruct", "servedName": served_name},
+        tuning={"enabled": True, "maxTrials": 20},
     )
 
 

@@ -9,8 +9,8 @@ import json
 import time
 from typing import Any
 
-from slotune.capacity import Capacity
-from slotune.tuner.records import Measurement
+from slotune.measure.capacity import Capacity
+from slotune.measure.record import Measurement
 from support.cluster import Cluster, OperatorProcess, llmd, wait_for
 
 JOB_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"

@@ -49,13 +49,13 @@ from typing import Any
 
 import pytest
 
-from slotune import loadgen
-from slotune.capacity import MeasureRequest
+from slotune.local.process import LocalRuntime, cpu_dtype
+from slotune.measure import loadgen
+from slotune.measure.capacity import MeasureRequest
+from slotune.measure.probe import CapacityMeasure, default_search, measure_ceiling
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.render import LOAD_CONTAINER
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalRuntime, cpu_dtype
-from slotune.tuner.measure import CapacityMeasure, default_search, measure_ceiling
 from slotune.tuner.records import loads
 from support.cluster import RESYNC_SECONDS, Cluster, OperatorPod, OperatorProcess, wait_for
 from support.engine import TINY_MODEL, vllm_python

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slotune.runtime.local import LocalEngine
+from slotune.local.process import LocalEngine
 from support.procs import script_path
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -99,3 +99,11 @@ class KubeApiConformance:
         assert api.delete(target) is True
         assert api.get(target) is None
         assert api.delete(target) is False
+
+    def test_discovery_finds_what_the_cluster_serves_and_nothing_else(
+        self, api: KubeApi, ns: str
+    ) -> None:
+        assert api.has_api("apps/v1", "deployments")
+        assert api.has_api("slotune.dev/v1alpha1", "llmdeployments")
+        assert not api.has_api("apps/v1", "llmdeployments")  # a served group, another resource
+        assert not api.has_api("absent.slotune.dev/v1", "things")  # a group nobody serves

@@ -19,10 +19,28 @@ class Crash(Exception):  # noqa: N818 - the operator process dying, not an error
     pass
 
 
+SERVED = frozenset(
+    {
+        ("apps/v1", "deployments"),
+        ("batch/v1", "jobs"),
+        ("coordination.k8s.io/v1", "leases"),
+        ("networking.k8s.io/v1", "networkpolicies"),
+        ("slotune.dev/v1alpha1", "llmdeployments"),
+    }
+)
+"""The named API groups' resources a cluster with slotune's CRD serves (what `has_api`
+discovers); the Prometheus Operator's are not among them unless a test adds them."""
+
+
 class MemoryApi:
     """Objects by (apiVersion, kind, namespace, name)."""
 
-    def __init__(self, crash_before_write: int | None = None) -> None:
+    def __init__(
+        self,
+        crash_before_write: int | None = None,
+        served: frozenset[tuple[str, str]] = SERVED,
+    ) -> None:
+        self.served = served
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.writes = 0
         self.crash_before_write = crash_before_write
@@ -114,4 +132,4 @@ class MemoryApi:
         return self.objects.pop(self._key(ref), None) is not None
 
     def has_api(self, group_version: str, plural: str) -> bool:
-        return False
+        return (group_version, plural) in self.served

@@ -9,19 +9,8 @@ import random
 
 import pytest
 
-from slotune import capacity
-from slotune.attainment import (
-    Attainment,
-    Verdict,
-    effective_samples,
-    judge,
-    judge_requests,
-    requests_to_resolve,
-    tally,
-    wilson_interval,
-    z_value,
-)
-from slotune.capacity import (
+from slotune.measure import capacity
+from slotune.measure.capacity import (
     Capacity,
     Probe,
     ProbeVerdict,
@@ -37,6 +26,17 @@ from slotune.capacity import (
     stationarity,
 )
 from slotune.models import SloSpec, SloTarget
+from slotune.slo.attainment import (
+    Attainment,
+    Verdict,
+    effective_samples,
+    judge,
+    judge_requests,
+    requests_to_resolve,
+    tally,
+    wilson_interval,
+    z_value,
+)
 from support.outcomes import Result
 
 # --- the interval -------------------------------------------------------------------------------
@@ -315,9 +315,9 @@ def test_one_definition_per_slo_metric_everywhere() -> None:
     """The attainment registry, the API's targets and vLLM's custom-bucket families name the
     same metrics the same way, and each engine adapter names a histogram with default bounds
     for each SLO metric it observes: forgetting one place fails here."""
-    from slotune.attainment import SLO_METRICS  # noqa: PLC0415
     from slotune.engine import ENGINES  # noqa: PLC0415
     from slotune.engine.vllm import TARGET_FAMILY  # noqa: PLC0415
+    from slotune.slo.attainment import SLO_METRICS  # noqa: PLC0415
 
     api = set(SloSpec.model_fields) - {"window"}
     assert set(SLO_METRICS) == api == set(TARGET_FAMILY)
@@ -378,8 +378,8 @@ def test_agreeing_or_tiny_runs_keep_their_raw_count() -> None:
 def test_a_compact_record_of_a_search_that_never_failed_reads_back() -> None:
     """The load Job's termination message drops empty fields; a capacity with no failed rate
     (every probe passed, up to the ceiling) must still read back (the operator parses it)."""
-    from slotune.tuner.measure import compact  # noqa: PLC0415 - loads the load generator
-    from slotune.tuner.records import Measurement  # noqa: PLC0415
+    from slotune.measure.probe import compact  # noqa: PLC0415 - loads the load generator
+    from slotune.measure.record import Measurement  # noqa: PLC0415
 
     found = Capacity(
         capacity=4.0, upper=None, target_rate=2.0, feasible=True, stopped="passed at the top"

@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from slotune import attainment, capacity, crossing
-from slotune.capacity import Probe, ProbeVerdict, SearchSettings, TargetFigures
-from slotune.crossing import Difference, Observation
+from slotune.measure import capacity, crossing
+from slotune.measure.capacity import Probe, ProbeVerdict, SearchSettings, TargetFigures
+from slotune.measure.crossing import Difference, Observation
+from slotune.slo import attainment
 
 P95 = 95.0
 
@@ -238,7 +239,7 @@ def probe_at(settings: SearchSettings, k: int, truth: float, count: int = 200) -
 
 
 def crossing_wilson(good: float, total: float) -> tuple[float, float]:
-    from slotune.attainment import wilson_interval  # noqa: PLC0415
+    from slotune.slo.attainment import wilson_interval  # noqa: PLC0415
 
     return wilson_interval(good, total)
 

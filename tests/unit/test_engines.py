@@ -5,12 +5,14 @@ from typing import Any
 
 import pytest
 
-from slotune import attainment, models, render, trials
+from slotune import models, render
 from slotune.engine import ENGINES, engine_for
 from slotune.engine.base import ENGINE_SIGNALS, Engine
 from slotune.engine.startup import FailureKind
 from slotune.models import EngineArgs
+from slotune.slo import attainment
 from slotune.spec import parse_spec
+from slotune.study import trials
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
 # Series only vLLM exposes, read by the local tools (the workload's shape, cache statistics).

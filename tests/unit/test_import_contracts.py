@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -48,19 +49,25 @@ def test_the_contracts_hold_on_the_code(tmp_path: Path) -> None:
     ("module", "line", "broken"),
     [
         # The pure core reaching up into the cluster side.
-        ("render.py", "from slotune import tuning", "The layers"),
+        ("render.py", "from slotune import study", "The layers"),
         # The API models depending on anything of ours.
         ("models.py", "from slotune import stats", "The layers"),
         # A module that did not exist when the contracts were written, importing Kopf.
         ("newcomer.py", "import kopf", "Only slotune.handlers imports kopf"),
         # A pure module starting a process.
-        ("capacity.py", "import subprocess", "The pure core neither"),
+        ("measure/capacity.py", "import subprocess", "The pure core neither"),
         # The Kubernetes client outside slotune.kube.
         ("reconcile.py", "import kubernetes", "Only slotune.kube imports the kubernetes"),
         # The study's transitions doing I/O instead of deciding from their observation.
-        ("tuning/transitions.py", "from slotune import kube", "The pure core neither"),
+        ("study/transitions.py", "from slotune import kube", "The pure core neither"),
         # An engine adapter reaching into the cluster side.
         ("engine/sglang/__init__.py", "from slotune import render", "The layers"),
+        # The study judging a trial by the live verdict.
+        ("study/trials.py", "from slotune.live import oncall", "The study decides"),
+        # The tuner reading the live verdict.
+        ("tuner/loop.py", "from slotune.live import oncall", "The tuner plans"),
+        # The measurement reaching up into the tuner that plans with it.
+        ("measure/probe.py", "from slotune.tuner import loop", "The layers"),
     ],
 )
 def test_a_crossed_line_breaks_its_contract(
@@ -71,3 +78,23 @@ def test_a_crossed_line_breaks_its_contract(
     # "<contract name> KEPT|BROKEN", maybe followed by "(n ignored imports)".
     verdicts = {m[1]: m[2] for m in re.finditer(r"^(.+?) (KEPT|BROKEN)(?: \(.*\))?$", out, re.M)}
     assert [n for n, v in verdicts.items() if v == "BROKEN" and n.startswith(broken)], out
+
+
+def test_every_top_level_module_and_package_is_in_a_layer() -> None:
+    """A module added at the top level belongs to a layer from its first line: the layers
+    contract names packages and top-level modules, and one in no layer goes unchecked."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        config = tomllib.load(handle)
+    layers = next(
+        c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"
+    )
+    named = {name.strip() for layer in layers for name in layer.split("|")}
+    package = ROOT / "operator" / "slotune"
+    present = {
+        f"slotune.{p.stem}"
+        for p in package.iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py")
+        or (p.is_dir() and (p / "__init__.py").exists())
+    }
+    assert sorted(present - named) == []
+    assert sorted(named - present) == []

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.specs import llm_spec, tuning
 
-from slotune.capacity import Capacity, MeasureRequest
 from slotune.engine.startup import FailureKind
+from slotune.measure.capacity import Capacity, MeasureRequest
+from slotune.measure.record import Measurement
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
 from slotune.tuner.landscape import (
@@ -22,29 +24,14 @@ from slotune.tuner.landscape import (
     truly_feasible,
 )
 from slotune.tuner.loop import Tuner, TunerOptions
-from slotune.tuner.records import Measurement, MemoryStore, TrialRecord, TrialState
+from slotune.tuner.records import MemoryStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU, build_space
 
 TARGET = 2.2
 
 
-def spec(**tuning: Any) -> LLMDeploymentSpec:
-    return LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "tiny"},
-            "slo": {"ttft": {"maxSeconds": 2.0}, "tpot": {"maxSeconds": 0.05}},
-            "tuning": {
-                "enabled": True,
-                "workload": {
-                    "source": "Synthetic",
-                    "promptTokens": {"mean": 1024},
-                    "outputTokens": {"mean": 32},
-                    "requestRate": 2,
-                },
-                **tuning,
-            },
-        }
-    )
+def spec(**fields: Any) -> LLMDeploymentSpec:
+    return llm_spec(tuning=tuning(**fields))
 
 
 SPACE = build_space(CPU, spec().tuning.search_space)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from slotune.loadgen import (
+from slotune.measure.loadgen import (
     RequestResult,
     Workload,
     arrival_times,
@@ -388,7 +388,7 @@ def test_cli_writes_json_and_prints_a_table(
         async with serving(streaming_app(received)) as base:
             return await run_workload(base, model, workload)
 
-    monkeypatch.setattr("slotune.loadgen.run_workload", fake_run)
+    monkeypatch.setattr("slotune.measure.loadgen.run_workload", fake_run)
     out = tmp_path / "run.json"
     argv = ["--url", "unused", "--model", "tiny", "--concurrency", "2", "--num-requests", "3"]
     argv += ["--prompt-tokens", "8", "--slo", "ttft=2.0", "--slo", "tpot=0.5", "--json", str(out)]
@@ -439,7 +439,7 @@ def test_the_api_key_in_vllms_variable_is_sent_as_a_bearer_token(
 def test_goodput_and_attainment_read_the_same_samples() -> None:
     """One SLO rule: a request is good for a metric exactly when the attainment rule counts
     every one of its samples within the bound (every gap, for ITL)."""
-    from slotune.attainment import per_request  # noqa: PLC0415
+    from slotune.slo.attainment import per_request  # noqa: PLC0415
 
     steady = result(ttft=0.1, e2e=0.5, itls=[0.02, 0.03, 0.02], output_tokens=4)
     stall = result(ttft=0.1, e2e=0.6, itls=[0.02, 0.09, 0.02], output_tokens=4)

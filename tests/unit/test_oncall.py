@@ -14,11 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from tests.support.specs import llm_spec
 
 from slotune import models
 from slotune.engine.vllm import DEFAULT_BUCKETS
-from slotune.metrics import ClockEventReason
-from slotune.oncall import (
+from slotune.live.oncall import (
     PROMETHEUS_URL_ENV,
     GpuReading,
     LiveReading,
@@ -28,6 +28,7 @@ from slotune.oncall import (
     gpu_query,
     prometheus_url,
 )
+from slotune.metrics import ClockEventReason
 from slotune.settings import OperatorSettings
 from slotune.status import merge_condition, transitions
 
@@ -49,7 +50,7 @@ HW_SLOWDOWN = int(ClockEventReason.HW_SLOWDOWN)
 
 
 def make_spec(**overrides: Any) -> models.LLMDeploymentSpec:
-    body: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "model": {"name": "m", "servedName": "chat"},
         "slo": {
             "ttft": {"percentile": 95, "maxSeconds": 2.0},
@@ -57,8 +58,7 @@ def make_spec(**overrides: Any) -> models.LLMDeploymentSpec:
         },
         "tuning": {"enabled": True, "retune": {"after": "15m", "cooldown": "6h"}},
     }
-    body.update(overrides)
-    return models.LLMDeploymentSpec.model_validate(body)
+    return llm_spec(**{**fields, **overrides})
 
 
 SPEC = make_spec()

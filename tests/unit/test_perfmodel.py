@@ -7,15 +7,17 @@ import math
 from typing import Any
 
 import pytest
+from tests.support.specs import llm_spec, tuning, workload
 
-from slotune.capacity import Capacity, Ceiling, MeasureRequest
 from slotune.engine.startup import StartupFacts
+from slotune.measure.capacity import Capacity, Ceiling, MeasureRequest
+from slotune.measure.record import Measurement
 from slotune.models import LLMDeploymentSpec, SloSpec
 from slotune.runtime import EngineConfig
 from slotune.tuner import perfmodel
 from slotune.tuner.loop import NextTrial, Tuner, TunerOptions
 from slotune.tuner.perfmodel import Costs, Shape, capacity, predict
-from slotune.tuner.records import Measurement, MemoryStore
+from slotune.tuner.records import MemoryStore
 from slotune.tuner.space import CPU, build_space
 
 # About the CPU example on a machine of the README's `make tune` runs: 2048-token prompts.
@@ -93,22 +95,9 @@ def test_the_budget_between_stalls_and_slow_prefill_carries_the_most() -> None:
 
 
 def spec() -> LLMDeploymentSpec:
-    return LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "tiny"},
-            "slo": SLO.model_dump(by_alias=True, exclude_none=True),
-            "tuning": {
-                "enabled": True,
-                "maxTrials": 6,
-                "seed": 3,
-                "workload": {
-                    "source": "Synthetic",
-                    "promptTokens": {"mean": 2048},
-                    "outputTokens": {"mean": 32},
-                    "requestRate": 0.5,
-                },
-            },
-        }
+    return llm_spec(
+        slo=SLO.model_dump(by_alias=True, exclude_none=True),
+        tuning=tuning(workload(prompt=2048, rate=0.5), maxTrials=6, seed=3),
     )
 
 

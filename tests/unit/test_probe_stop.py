@@ -10,10 +10,10 @@ from typing import Any
 
 from aiohttp import web
 
-from slotune.attainment import Verdict, combine, judge_requests
-from slotune.capacity import InFlight, ProbeVerdict, certain_failure
+from slotune.measure.capacity import InFlight, ProbeVerdict, certain_failure
+from slotune.measure.probe import UNFINISHED, CapacityMeasure, ProbeSettings
 from slotune.models import LLMDeploymentSpec, SloSpec
-from slotune.tuner.measure import UNFINISHED, CapacityMeasure, ProbeSettings
+from slotune.slo.attainment import Verdict, combine, judge_requests
 from support.outcomes import Result
 from support.streaming import serving, sse
 

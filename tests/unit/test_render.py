@@ -4,24 +4,25 @@ import json
 from typing import Any
 
 import pytest
+from tests.support.specs import llm_spec
 
 from slotune import models, render
-from slotune.capacity import MeasureRequest
+from slotune.measure.capacity import MeasureRequest
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
 
 
 def spec(**overrides: Any) -> models.LLMDeploymentSpec:
-    raw: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
         "engine": {
             "image": "vllm/vllm-openai:v0.32.0",
             "args": {"maxNumBatchedTokens": 4096, "blockSize": 32, "maxNumSeqs": 128},
             "extraArgs": ["--long-prefill-token-threshold", "1024"],
         },
+        "slo": None,
     }
-    raw.update(overrides)
-    return models.LLMDeploymentSpec.model_validate(raw)
+    return llm_spec(**{**fields, **overrides})
 
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,11 @@ path, bucket flags, rules and start-up log, and what an SGLang LLMDeployment ren
 
 from typing import Any
 
-from slotune import models, render, trials
+from slotune import models, render
 from slotune.engine import engine_for
 from slotune.models import EngineArgs, SloSpec, SloTarget
 from slotune.spec import parse_spec
+from slotune.study import trials
 from slotune.tuner.space import H200, default_space, platform_for
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="1234")

@@ -14,7 +14,7 @@ import pytest
 from slotune.engine.vllm import DEFAULT_BUCKETS, custom_histogram_buckets, histogram_bounds
 from slotune.metrics import Exposition
 from slotune.models import SloSpec, SloTarget
-from slotune.slo import evaluate_samples, histogram_quantile, judge_histogram
+from slotune.slo.histogram import evaluate_samples, histogram_quantile, judge_histogram
 
 REAL_EXPOSITION = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
 INF = math.inf

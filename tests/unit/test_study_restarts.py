@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
-from slotune import render, trials
-from slotune.capacity import Capacity
+from slotune import render
 from slotune.kube import Ref
+from slotune.measure.capacity import Capacity
+from slotune.measure.record import Measurement
 from slotune.reconcile import Monitor, Watch, reconcile
-from slotune.tuner.records import Measurement, loads
-from slotune.tuning import Live
-from slotune.tuning.observe import KubeObservation
+from slotune.study import Live, trials
+from slotune.study.observe import KubeObservation
+from slotune.tuner.records import loads
 from support.memkube import Crash, MemoryApi
 
 NAMESPACE = "llm"

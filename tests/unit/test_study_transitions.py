@@ -1,6 +1,6 @@
 """The cluster study's transition function, table-tested from plain data.
 
-Each row is one (state, observation) pair that `slotune.tuning.transitions` handles: the
+Each row is one (state, observation) pair that `slotune.study.transitions` handles: the
 study's place in status, what the API holds, what on-call says. The row names what the step
 must decide: the state and trial step it leaves, the actions (in order), the events, and
 whether another step may follow at once. No API, fake or real, is involved: the observation
@@ -14,13 +14,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from tests.support.specs import llm_spec, tuning, workload
 
-from slotune import render, trials
-from slotune.capacity import Capacity
+from slotune import render
+from slotune.measure.capacity import Capacity
+from slotune.measure.record import Measurement
 from slotune.models import CurrentTrial, LLMDeploymentSpec, TunedConfig, TuningStatus
-from slotune.tuner.records import Measurement, TrialRecord, TrialState
-from slotune.tuner.sampling import infeasible_constraints
-from slotune.tuning.transitions import (
+from slotune.study import trials
+from slotune.study.transitions import (
     Apply,
     Decision,
     Live,
@@ -29,32 +30,20 @@ from slotune.tuning.transitions import (
     Situation,
     decide,
 )
+from slotune.tuner.records import TrialRecord, TrialState
+from slotune.tuner.sampling import infeasible_constraints
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="u-1")
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 STARTUP = Settings().startup_seconds
 
 
-def spec(**tuning: Any) -> LLMDeploymentSpec:
-    raw: dict[str, Any] = {
-        "model": {"name": "tiny"},
-        "resources": {"gpus": 0},
-        "tuning": {
-            "enabled": True,
-            "maxTrials": 3,
-            "workload": {
-                "source": "Synthetic",
-                "promptTokens": {"mean": 512},
-                "outputTokens": {"mean": 32},
-                "requestRate": 2,
-                "duration": "20s",
-            },
-            **tuning,
-        },
-        # Tuning needs an SLO (the API refuses one without), so "no SLO" is no state here.
-        "slo": {"ttft": {"maxSeconds": 2.0}, "tpot": {"maxSeconds": 0.05}},
-    }
-    return LLMDeploymentSpec.model_validate(raw)
+def spec(**fields: Any) -> LLMDeploymentSpec:
+    # Tuning needs an SLO (the API refuses one without), so "no SLO" is no state here.
+    return llm_spec(
+        resources={"gpus": 0},
+        tuning=tuning(workload(prompt=512, duration="20s"), **{"maxTrials": 3, **fields}),
+    )
 
 
 SPEC = spec()

@@ -8,33 +8,21 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from tests.support.specs import llm_spec, tuning, workload
 
-from slotune import render, trials
-from slotune.capacity import Capacity, MeasureRequest
+from slotune import render
+from slotune.measure.capacity import Capacity, MeasureRequest
+from slotune.measure.record import Measurement
 from slotune.models import LLMDeploymentSpec, TuningStatus
-from slotune.tuner.records import Measurement, TrialRecord, TrialState
+from slotune.study import trials
+from slotune.tuner.records import TrialRecord, TrialState
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="u-1")
 
 
-def spec(**tuning: Any) -> LLMDeploymentSpec:
-    return LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "tiny"},
-            "resources": {"gpus": 0},
-            "slo": {"ttft": {"maxSeconds": 2.0}, "tpot": {"maxSeconds": 0.05}},
-            "tuning": {
-                "enabled": True,
-                "workload": {
-                    "source": "Synthetic",
-                    "promptTokens": {"mean": 512},
-                    "outputTokens": {"mean": 32},
-                    "requestRate": 2,
-                    "duration": "20s",
-                },
-                **tuning,
-            },
-        }
+def spec(**fields: Any) -> LLMDeploymentSpec:
+    return llm_spec(
+        resources={"gpus": 0}, tuning=tuning(workload(prompt=512, duration="20s"), **fields)
     )
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.specs import llm_spec, tuning
 
-from slotune.attainment import wilson_interval
-from slotune.capacity import (
+from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
+from slotune.measure.capacity import (
     AtTarget,
     Capacity,
     MeasureRequest,
@@ -26,10 +27,12 @@ from slotune.capacity import (
     next_index,
     next_probe,
 )
-from slotune.crossing import Difference
-from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
+from slotune.measure.crossing import Difference
+from slotune.measure.probe import default_search
+from slotune.measure.record import Measurement
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
+from slotune.slo.attainment import wilson_interval
 from slotune.tuner.loop import (
     Finished,
     Launch,
@@ -39,30 +42,12 @@ from slotune.tuner.loop import (
     _confirmed,
     versus_defaults,
 )
-from slotune.tuner.measure import default_search
-from slotune.tuner.records import Measurement, RecordStore, TrialRecord, TrialState
+from slotune.tuner.records import RecordStore, TrialRecord, TrialState
 from slotune.tuner.space import CPU
 
 
-def spec(**tuning: Any) -> LLMDeploymentSpec:
-    return LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "tiny"},
-            "slo": {"ttft": {"maxSeconds": 2.0}, "tpot": {"maxSeconds": 0.05}},
-            "tuning": {
-                "enabled": True,
-                "maxTrials": 8,
-                "seed": 7,
-                "workload": {
-                    "source": "Synthetic",
-                    "promptTokens": {"mean": 1024},
-                    "outputTokens": {"mean": 32},
-                    "requestRate": 2,
-                },
-                **tuning,
-            },
-        }
-    )
+def spec(**fields: Any) -> LLMDeploymentSpec:
+    return llm_spec(tuning=tuning(**{"maxTrials": 8, "seed": 7, **fields}))
 
 
 @dataclass
@@ -314,7 +299,7 @@ def test_until_confirmed_screening_goes_on_after_a_re_measurement_that_fails(
 
 
 def test_the_report_is_written_from_records(tmp_path: Path) -> None:
-    from slotune.tuner.report import write_report  # noqa: PLC0415 - matplotlib is slow to load
+    from slotune.local.report import write_report  # noqa: PLC0415 - matplotlib is slow to load
 
     s = spec(maxTrials=10)
     tuner = make_tuner(tmp_path, s, ScriptedRuntime(fail_above=4000), patience=3)
@@ -333,7 +318,7 @@ def test_the_report_is_written_from_records(tmp_path: Path) -> None:
 def test_without_matplotlib_the_report_is_the_table_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from slotune.tuner import report  # noqa: PLC0415
+    from slotune.local import report  # noqa: PLC0415
 
     monkeypatch.setattr(report, "plots_available", lambda: False)
     s = spec(maxTrials=4)

@@ -4,8 +4,9 @@ Each engine is an adapter in its own package (`slotune.engine.vllm`, `slotune.en
 that holds every fact slotune knows of it: how it is started and probed, which typed settings
 it takes and how they are spelled, the rules its configurations must pass, the names of the
 metrics it exposes, its default histogram bounds, and what its start-up log says. The one
-dispatch is `slotune.engine.engine_for(spec.engine.kind)`; nothing outside `engine/` names an
-engine's flag, metric or log line.
+dispatch is `slotune.engine.engine_for(spec.engine.kind)`. Two modules outside `engine/` still
+import `engine.vllm`: `metrics` builds its registry of live series from vLLM's names, and
+`local.process` starts vLLM processes only (`tune --local`); the seam's open debt.
 
 Pure: plain data and functions of plain data.
 """

@@ -1,12 +1,12 @@
 """Where an engine configuration runs, behind one interface.
 
-`local` starts vLLM processes on this machine (the CPU engine in tests, a GPU where there is
-one); `slotune.tuner.landscape.ReplayRuntime` serves recorded trials instead (the sampler
-benchmark). The tuner asks a runtime to start a configuration, measures the running engine over
-HTTP, and stops it; a start that fails comes back as a classified `StartFailure`, never as a
-hang or a bare traceback. In the cluster there is no runtime object: the operator plans each
-trial with the same planner (`tuner.loop.Planner`) and runs it as pods step by step across
-reconciles (`slotune.tuning`), recording it the same way.
+`slotune.local.process` starts vLLM processes on this machine (the CPU engine in tests, a GPU
+where there is one); `slotune.tuner.landscape.ReplayRuntime` serves recorded trials instead (the
+sampler benchmark). The tuner asks a runtime to start a configuration, measures the running engine
+over HTTP, and stops it; a start that fails comes back as a classified `StartFailure`, never as a
+hang or a bare traceback. In the cluster there is no runtime object: the operator plans each trial
+with the same planner (`tuner.loop.Planner`) and runs it as pods step by step across reconciles
+(`slotune.study`), recording it the same way.
 """
 
 from __future__ import annotations

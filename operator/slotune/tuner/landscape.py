@@ -33,10 +33,11 @@ from optuna.distributions import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from slotune.capacity import Ceiling, MeasureRequest
 from slotune.engine.startup import FailureKind, StartFailure, StartupFacts
+from slotune.measure.capacity import Ceiling, MeasureRequest
+from slotune.measure.record import Measurement
 from slotune.runtime import EngineConfig, EngineStartError
-from slotune.tuner.records import Measurement, TrialRecord, TrialState
+from slotune.tuner.records import TrialRecord, TrialState
 from slotune.tuner.space import Space
 
 

@@ -3,13 +3,13 @@
 One trial: ask Optuna for a configuration, check vLLM's known rules (a configuration that breaks
 one is recorded as rejected and never launched), start it on the runtime (a start that fails is
 an infeasible observation with its cause), measure its capacity under the workload (the
-highest rate at which every SLO target holds, `slotune.capacity`), tell Optuna. A configuration
-is feasible when its capacity reaches the target rate with headroom; feasible ones are ranked
-by capacity. The study is seeded with vLLM's defaults (whose trial also measures the engine's
-ceilings, once per study) and the current configuration; it stops at maxTrials, when further
-trials stop paying, or when the best carries all the prefill ceiling allows, and re-measures
-its finalists on a fresh schedule before it declares a winner: the best confirmed capacity,
-and among winners whose intervals overlap, the one closest to vLLM's defaults.
+highest rate at which every SLO target holds, `slotune.measure.capacity`), tell Optuna. A
+configuration is feasible when its capacity reaches the target rate with headroom; feasible ones are
+ranked by capacity. The study is seeded with vLLM's defaults (whose trial also measures the engine's
+ceilings, once per study) and the current configuration; it stops at maxTrials, when further trials
+stop paying, or when the best carries all the prefill ceiling allows, and re-measures its finalists
+on a fresh schedule before it declares a winner: the best confirmed capacity, and among winners
+whose intervals overlap, the one closest to vLLM's defaults.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Literal
 import optuna
 from pydantic import ValidationError
 
-from slotune.capacity import (
+from slotune.measure.capacity import (
     AtTarget,
     Capacity,
     Ceiling,
@@ -32,11 +32,12 @@ from slotune.capacity import (
     required_rate,
     versus,
 )
-from slotune.crossing import Comparison, Difference
+from slotune.measure.crossing import Comparison, Difference
+from slotune.measure.record import Measurement
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError, Runtime
 from slotune.tuner import perfmodel, sampling
-from slotune.tuner.records import Measurement, Store, TrialRecord, TrialState, study_ceiling
+from slotune.tuner.records import Store, TrialRecord, TrialState, study_ceiling
 from slotune.tuner.space import Platform, Space, build_space, clamp_into
 
 Measure = Callable[[str, MeasureRequest], Measurement]
@@ -163,7 +164,7 @@ def overrides(params: dict[str, Any], defaults: dict[str, Any]) -> int:
 class Planner:
     """Plans one study for one LLMDeployment spec, from its records: which trial next, or the
     end with its winner; and what a trial's launch makes of its record. No I/O: the operator
-    runs it at every step of a study in the cluster (`slotune.tuning`), `Tuner` around a
+    runs it at every step of a study in the cluster (`slotune.study`), `Tuner` around a
     runtime for `tune --local`."""
 
     def __init__(

@@ -1,5 +1,5 @@
 """A small performance model of a vLLM engine under chunked prefill: from the ceilings a study
-measures on its first trial (`slotune.capacity.Ceiling`), the workload's shape and one
+measures on its first trial (`slotune.measure.capacity.Ceiling`), the workload's shape and one
 configuration's token budget and sequence limit, it predicts TTFT and inter-token latency at a
 request rate, and the configuration's capacity (the highest rate at which the SLO holds).
 
@@ -50,9 +50,10 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from slotune.capacity import DECODE_CONCURRENCY, Ceiling
+from slotune.measure.capacity import DECODE_CONCURRENCY, Ceiling
+from slotune.measure.record import Measurement
 from slotune.models import SloSpec
-from slotune.tuner.records import Measurement, TrialRecord
+from slotune.tuner.records import TrialRecord
 from slotune.tuner.space import Space, clamp_into
 
 DEFAULT_OVERHEAD = 0.5

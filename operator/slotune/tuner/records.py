@@ -11,54 +11,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from slotune.capacity import Capacity, Ceiling, non_negative
+from slotune.measure.capacity import Capacity, Ceiling
+from slotune.measure.record import Measurement
 
 
 class TrialState(StrEnum):
     MEASURED = "Measured"  # the engine started and was measured (feasible or not)
     REJECTED = "Rejected"  # broke a known rule: never launched
     FAILED = "Failed"  # launched, but did not become a healthy engine
-
-
-class Measurement(BaseModel):
-    """What one trial's measurement saw: its capacity (the rate search, every probe), the
-    engine's ceilings where this trial measured them, and the figures of the probe at the
-    target rate, which status and events show. Every figure is finite and non-negative: one
-    that is not was not measured, and is refused where it is made and where it is read."""
-
-    model_config = ConfigDict(allow_inf_nan=False)
-
-    capacity: Capacity | None = None
-    ceiling: Ceiling | None = None
-    prefix_cache_reset: bool | None = Field(
-        default=None, description="Whether the engine's prefix cache was reset between probes."
-    )
-    slo_percentiles: dict[str, float | None] = Field(
-        default_factory=dict,
-        description="Each SLO metric at its target percentile at the target rate, seconds.",
-    )
-    ttft_p95: float | None = None
-    tpot_p95: float | None = None
-    itl_p95: float | None = None
-    e2e_p95: float | None = None
-    request_throughput: float = 0.0
-    output_throughput: float = 0.0
-    completed: int = 0
-    failed: int = 0
-    send_rate: float = 0.0
-    scheduling_lag_p99: float | None = None
-
-    @model_validator(mode="after")
-    def _measured(self) -> Measurement:
-        non_negative(self)
-        return self
-
-    @property
-    def capacity_rate(self) -> float:
-        """Requests/s carried within every SLO target (0 when not even the lowest rate was)."""
-        return self.capacity.rate if self.capacity is not None else 0.0
 
 
 class TrialRecord(BaseModel):

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import optuna
 from optuna.trial import TrialState
 
+from slotune.measure.record import Measurement
 from slotune.models import SloSpec
-from slotune.tuner.records import Measurement, TrialRecord
+from slotune.tuner.records import TrialRecord
 from slotune.tuner.space import Space
 
 # A failed or rejected configuration violates the constraint by this much: far worse than any

@@ -18,10 +18,9 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from slotune.engine import ENGINES, engine_for
+from slotune.engine import DEFAULT_KIND, ENGINES, engine_for
 from slotune.engine.base import Engine
 from slotune.engine.knobs import FloatSpan, IntSpan, Knob, Range
-from slotune.engine.vllm import ENGINE as VLLM
 from slotune.models import EngineArgs, FloatRange, IntRange, LLMDeploymentSpec, SearchSpace
 
 Space = dict[str, BaseDistribution]
@@ -35,7 +34,7 @@ class Platform:
 
     name: str
     backend: str
-    engine: Engine = VLLM
+    engine: Engine = ENGINES[DEFAULT_KIND]
     spread: float = 0.0
     """How much one configuration's capacity moves between engine starts beyond one start's
     interval (sd of ln rate), measured on this platform: every capacity's interval includes it

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from slotune import settings
-from slotune.attainment import CONFIDENCE, SLO_METRICS, requests_to_resolve, z_value
 from slotune.engine import DEFAULT_KIND, engine_for
 from slotune.engine.base import Engine
 from slotune.metrics import (
@@ -61,7 +60,8 @@ from slotune.models import (
     SloTargetStatus,
     seconds,
 )
-from slotune.slo import HistogramVerdict, combine, histogram_quantile, judge_histogram
+from slotune.slo.attainment import CONFIDENCE, SLO_METRICS, requests_to_resolve, z_value
+from slotune.slo.histogram import HistogramVerdict, combine, histogram_quantile, judge_histogram
 from slotune.status import ConditionRow
 
 PROMETHEUS_URL_ENV = settings.PROMETHEUS_URL

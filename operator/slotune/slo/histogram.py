@@ -14,8 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from slotune.attainment import wilson_interval
 from slotune.models import SloSpec, SloTarget
+from slotune.slo.attainment import wilson_interval
 from slotune.stats import percentile as exact_percentile
 
 # --- per-request samples ------------------------------------------------------------------
@@ -169,7 +169,7 @@ def judge_histogram(
 
     Without `confidence` this describes the observations themselves. With it (live on-call
     judgement: the window is a sample of the engine's behaviour) each fraction is taken as a
-    Wilson interval (`slotune.attainment`), as a trial judges its requests: met only when the
+    Wilson interval (`slotune.slo.attainment`), as a trial judges its requests: met only when the
     interval lies wholly at or above N/100, violated only when wholly below, and otherwise
     undecided until more traffic has been seen.
     """

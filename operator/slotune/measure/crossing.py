@@ -26,7 +26,8 @@ interval its central 95%: the uncertainty of this engine start's capacity under 
 Another engine start adds its own spread (`Spread`), measured per platform; `widen` combines
 the two, and `compare` judges two capacities against each other with both.
 
-Everything here is pure (numpy only): the search in `slotune.capacity` calls it on its probes.
+Everything here is pure (numpy only): the search in `slotune.measure.capacity` calls it on its
+probes.
 """
 
 from __future__ import annotations

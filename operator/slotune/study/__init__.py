@@ -17,9 +17,9 @@ from datetime import datetime
 from slotune import render
 from slotune.kube import KubeApi
 from slotune.models import LLMDeploymentSpec, TuningStatus
-from slotune.tuning.act import execute
-from slotune.tuning.observe import KubeObservation
-from slotune.tuning.transitions import Decision, Live, Settings, Situation, decide, serving_overlay
+from slotune.study.act import execute
+from slotune.study.observe import KubeObservation
+from slotune.study.transitions import Decision, Live, Settings, Situation, decide, serving_overlay
 
 __all__ = ["Context", "Decision", "Live", "Settings", "serving_overlay", "step"]
 

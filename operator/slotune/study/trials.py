@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from slotune import models, render
 from slotune.engine import DEFAULT_KIND, engine_or_default
-from slotune.tuner.records import Measurement, TrialRecord, TrialState, record_capacity
+from slotune.measure.record import Measurement
+from slotune.tuner.records import TrialRecord, TrialState, record_capacity
 
 HISTORY = 20  # trials kept in status; the ConfigMap keeps them all
 

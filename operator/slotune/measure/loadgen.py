@@ -36,8 +36,8 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
-from slotune import attainment
 from slotune.engine import ENGINES
+from slotune.slo import attainment
 from slotune.stats import mean, percentile
 
 Clock = Callable[[], float]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slotune.kube import KubeApi, Ref
-from slotune.tuning.transitions import Action, Apply
+from slotune.study.transitions import Action, Apply
 
 
 def execute(kube: KubeApi, actions: Sequence[Action]) -> None:

@@ -4,7 +4,7 @@
 on-call says now and what the API holds (an `Observation`: the trial records, the trial pod
 and load Job, the serving pods), and returns the new `status.tuning`, the actions to take
 (apply or delete objects, keep records) and the events to emit. It does no I/O: `observe`
-gathers the observation and `act` performs the actions (`slotune.tuning.step` runs the
+gathers the observation and `act` performs the actions (`slotune.study.step` runs the
 three), so every branch below is tested from plain data.
 
 The transitions are read top to bottom: `STUDY` picks what kind of step this is, and a study
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from slotune import models, render, trials
+from slotune import models, render
 from slotune.models import (
     ConditionType,
     CurrentTrial,
@@ -39,6 +39,7 @@ from slotune.models import (
     TuningStatus,
 )
 from slotune.status import ConditionRow, Event
+from slotune.study import trials
 from slotune.tuner.loop import Finished, Launch, NextTrial, Planner, versus_defaults
 from slotune.tuner.records import TrialRecord, TrialState, dumps
 from slotune.tuner.space import describe_params, platform_for
@@ -93,7 +94,7 @@ class Quarantine:
 
 class Observation(Protocol):
     """What the API holds that a step may look at; each read is made at most once a step
-    (`slotune.tuning.observe.KubeObservation`), or given as plain data in tests."""
+    (`slotune.study.observe.KubeObservation`), or given as plain data in tests."""
 
     def records(self, study: int) -> list[TrialRecord]:
         """The trial records kept for `study` (none when the kept ones are another study's)."""

@@ -5,7 +5,7 @@ boundary search): a number that ranks configurations that all keep up with the t
 and says how much headroom a configuration has. It is found within one engine start by probes
 at one rate each: bracket, then probes where the fitted crossing lies.
 
-Everything here is pure; `slotune.tuner.measure` drives the probes against an engine.
+Everything here is pure; `slotune.measure.probe` drives the probes against an engine.
 
 - **The rate grid.** Probes run only at rates `target x (STEP ** (1 / FINE)) ** k` for
   integer k, with the target the workload's rate times (1 + headroom). So every configuration
@@ -17,11 +17,11 @@ Everything here is pure; `slotune.tuner.measure` drives the probes against an en
   Otherwise each further probe goes where the fitted crossing lies (`next_index`), until its
   interval spans at most `GOAL`, `FITTED` such probes are spent, or `MAX_PROBES` in all.
 - **The capacity** is the fitted crossing of the probes' attainments against rate
-  (`slotune.crossing`): where the worst target's fitted attainment meets its percentile, with
-  a 95% interval from the fit. `interval` widens it by the platform's measured spread between
-  engine starts, so it states what the configuration carries; feasibility (`AtTarget`), ties
-  and "better than the defaults" (`versus`) are read from it. The bracket of verdicts (the
-  highest rate that passed, the lowest that did not) is kept beside it for people.
+  (`slotune.measure.crossing`): where the worst target's fitted attainment meets its
+  percentile, with a 95% interval from the fit. `interval` widens it by the platform's measured
+  spread between engine starts, so it states what the configuration carries; feasibility
+  (`AtTarget`), ties and "better than the defaults" (`versus`) are read from it. The bracket of
+  verdicts (the highest rate that passed, the lowest that did not) is kept beside it for people.
 - **A probe's verdict.** Attainment of every target with a Wilson interval over its effective
   samples (`attainment`: consecutive requests are correlated, batch means measure by how much). A
   probe that is unresolved gets more requests, up to a cap, and stays `Unresolved` after
@@ -40,8 +40,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from slotune import crossing
-from slotune.attainment import (
+from slotune.measure import crossing
+from slotune.models import SloSpec
+from slotune.slo.attainment import (
     CONFIDENCE,
     SLO_METRICS,
     Attainment,
@@ -51,7 +52,6 @@ from slotune.attainment import (
     tally,
     wilson_interval,
 )
-from slotune.models import SloSpec
 
 STEP = 2 ** (1 / 6)
 """The search's coarse step: six to a doubling, so one step is 12%. Bracketing moves in these."""
@@ -568,12 +568,12 @@ class Capacity(Record):
     """A trial's capacity with every probe.
 
     `estimate`, `low` and `high` are the fitted crossing of the probes' attainments
-    (`slotune.crossing`) and its 95% interval for this engine start; `spread` is the platform's
-    between-start spread (sd of ln rate), which `interval` adds, so the interval states what the
-    configuration carries, not only this start. `capacity` and `upper` are the bracket of the
-    probes' verdicts: the highest rate that passed (0 when none did) and the lowest that did not
-    (None if all passed). Records made before the fit have only the bracket; their interval is
-    the bracket widened by `RESTART_SPREAD` grid steps."""
+    (`slotune.measure.crossing`) and its 95% interval for this engine start; `spread` is the
+    platform's between-start spread (sd of ln rate), which `interval` adds, so the interval states
+    what the configuration carries, not only this start. `capacity` and `upper` are the bracket of
+    the probes' verdicts: the highest rate that passed (0 when none did) and the lowest that did not
+    (None if all passed). Records made before the fit have only the bracket; their interval is the
+    bracket widened by `RESTART_SPREAD` grid steps."""
 
     capacity: float
     upper: float | None = None  # omitted from a compact record when every probe passed

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from slotune import render, trials
+from slotune import render
 from slotune.kube import KubeApi, Ref
+from slotune.study import trials
+from slotune.study.transitions import Quarantine
 from slotune.tuner.records import TrialRecord, loads_readable
-from slotune.tuning.transitions import Quarantine
 
 T = TypeVar("T")
 

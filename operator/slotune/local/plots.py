@@ -17,7 +17,6 @@ import optuna
 
 from slotune.models import SloSpec
 from slotune.tuner.records import TrialRecord, TrialState, record_capacity, study_ceiling
-from slotune.tuner.report import PLOTS
 from slotune.tuner.sampling import rebuild
 from slotune.tuner.space import PARAM_SHORT, Space
 
@@ -151,8 +150,9 @@ def plot_importance(records: Sequence[TrialRecord], space: Space, slo: SloSpec, 
     return note
 
 
-def write_plots(
+def write_plots(  # noqa: PLR0917 - the report's figures, given by position
     out_dir: Path,
+    names: Sequence[str],
     records: Sequence[TrialRecord],
     slo: SloSpec,
     space: Space,
@@ -160,7 +160,7 @@ def write_plots(
     *,
     best: TrialRecord | None = None,
 ) -> None:
-    capacity, latency, importance = (out_dir / name for name in PLOTS)
+    capacity, latency, importance = (out_dir / name for name in names)
     plot_capacity(records, capacity)
     plot_latency(records, slo, winner, latency, best=best)
     plot_importance(records, space, slo, importance)

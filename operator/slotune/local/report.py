@@ -1,4 +1,4 @@
-"""The study report: a table of trials and three plots (`slotune.tuner.plots`), as PNG files
+"""The study report: a table of trials and three plots (`slotune.local.plots`), as PNG files
 and one HTML page. Everything is drawn from trial records alone, so a report can be made again
 from a finished (or interrupted) study's `trials.jsonl`. The plots need matplotlib, the `plots`
 extra (`pip install 'slotune[plots]'`): the operator image leaves it out, and without it the
@@ -74,9 +74,9 @@ def write_report(
     """Writes trials.txt and report.html, and the PLOTS where matplotlib is installed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if plots_available():
-        from slotune.tuner import plots  # noqa: PLC0415 - matplotlib is an extra, slow to load
+        from slotune.local import plots  # noqa: PLC0415 - matplotlib is an extra, slow to load
 
-        plots.write_plots(out_dir, records, slo, space, winner, best=best)
+        plots.write_plots(out_dir, PLOTS, records, slo, space, winner, best=best)
         images = "".join(
             f'<img alt="{name}" src="data:image/png;base64,'
             f'{base64.b64encode((out_dir / name).read_bytes()).decode()}">'

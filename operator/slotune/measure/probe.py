@@ -1,7 +1,7 @@
 """Measuring a running engine's capacity under the spec's workload, with the load generator.
 
 One call measures one engine start: a warm-up, optionally the engine's ceilings (once per
-study), then the capacity search of `slotune.capacity`, one probe per rate. A probe is an
+study), then the capacity search of `slotune.measure.capacity`, one probe per rate. A probe is an
 open-loop stream at one rate in the workload's shape: a warm-up stretch that is not judged,
 the judged window, extensions while the verdict is open, and a tail that keeps the load on
 until the window's last request has finished (so the last requests are not measured on an
@@ -14,7 +14,6 @@ result back as its termination message.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import math
@@ -24,10 +23,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from slotune import attainment, capacity, loadgen
-from slotune.capacity import (
+from slotune.engine import DEFAULT_KIND, engine_for
+from slotune.engine.base import Engine
+from slotune.measure import capacity, loadgen
+from slotune.measure.capacity import (
     DECODE_CONCURRENCY,
     PREFILL_CONCURRENCY,
     Capacity,
@@ -39,17 +39,19 @@ from slotune.capacity import (
     SearchSettings,
     TargetFigures,
 )
-from slotune.engine import engine_for
-from slotune.engine.base import Engine
-from slotune.engine.vllm import ENGINE as VLLM
+from slotune.measure.loadjob import LoadArgs
+from slotune.measure.record import Measurement
 from slotune.metrics import Exposition, MetricsUnavailable, ScrapeSource
 from slotune.models import LLMDeploymentSpec, SloSpec, WorkloadSpec, seconds
+from slotune.slo import attainment
 from slotune.stats import percentile
-from slotune.tuner.records import Measurement
 
 WARMUP_REQUESTS = 4
 """Sent one at a time on a fresh engine before anything is measured (the first requests of a
 new engine run slow), and timed to estimate an unloaded request's lifetime."""
+
+DEFAULT_ENGINE = engine_for(DEFAULT_KIND)
+"""Whose metric names a scrape reads when its caller names no engine."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def _root(base_url: str) -> str:
 class _Engine:
     """The engine's own side of a probe: its queue gauges, draining, the prefix-cache reset."""
 
-    def __init__(self, base_url: str, adapter: Engine = VLLM) -> None:
+    def __init__(self, base_url: str, adapter: Engine = DEFAULT_ENGINE) -> None:
         self.root = _root(base_url)
         self.metrics = ScrapeSource(self.root + "/metrics", timeout=5.0)
         self.adapter = adapter
@@ -617,50 +619,11 @@ def trial_load_main(argv: list[str]) -> int:
     measurement as JSON to --result-file (the container's termination message, which the
     operator reads back from the pod's status) and to stdout.
     """
-    parser = argparse.ArgumentParser(prog="slotune trial-load", description=trial_load_main.__doc__)
-    parser.add_argument("--url", required=True, help="the engine, e.g. http://10.0.0.7:8000")
-    parser.add_argument("--model", required=True, help="its served model name")
-    parser.add_argument("--workload", required=True, help="spec.tuning.workload, as JSON")
-    parser.add_argument("--slo", required=True, help="spec.slo, as JSON")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--target-rate", type=float, required=True, help="the rate to carry, headroom included"
-    )
-    parser.add_argument("--ceiling", help="the study's measured ceiling, as JSON")
-    parser.add_argument(
-        "--measure-ceiling", action="store_true", help="measure the engine's ceilings first"
-    )
-    parser.add_argument(
-        "--precise", action="store_true", help="bracket finely even when infeasible (baseline)"
-    )
-    parser.add_argument(
-        "--spread",
-        type=float,
-        default=0.0,
-        help="the platform's between-start spread (sd of ln rate), added to the interval",
-    )
-    parser.add_argument("--result-file", type=Path, default=None)
-    args = parser.parse_args(argv)
-    workload = WorkloadSpec.model_validate_json(args.workload)
-    slo = SloSpec.model_validate_json(args.slo)
-    spec = LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": args.model},
-            "slo": slo.model_dump(by_alias=True, exclude_none=True),
-            "tuning": {"workload": workload.model_dump(by_alias=True, exclude_none=True)},
-        }
-    )
+    args = LoadArgs.parse(argv, description=trial_load_main.__doc__)
     measure = CapacityMeasure(
-        spec, args.model, log=lambda line: print(line, file=sys.stderr, flush=True)
+        args.spec(), args.model, log=lambda line: print(line, file=sys.stderr, flush=True)
     )
-    request = MeasureRequest(
-        seed=args.seed,
-        target_rate=args.target_rate,
-        measure_ceiling=args.measure_ceiling,
-        ceiling=Ceiling.model_validate_json(args.ceiling) if args.ceiling else None,
-        precise=args.precise,
-        spread=args.spread,
-    )
+    request = args.request
     measurement = measure(args.url, request)
     text = compact(measurement)
     if args.result_file is not None:

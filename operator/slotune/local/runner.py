@@ -17,9 +17,18 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from slotune.local.process import LocalRuntime
+from slotune.local.report import (
+    NO_PLOTS,
+    PLOTS,
+    format_table,
+    plots_available,
+    table_rows,
+    write_report,
+)
+from slotune.measure.probe import CapacityMeasure
 from slotune.models import LLMDeployment, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
-from slotune.runtime.local import LocalRuntime
 from slotune.tuner.loop import (
     Progress,
     StudyResult,
@@ -28,16 +37,7 @@ from slotune.tuner.loop import (
     engine_config,
     versus_defaults,
 )
-from slotune.tuner.measure import CapacityMeasure
 from slotune.tuner.records import RecordStore, TrialRecord, TrialState
-from slotune.tuner.report import (
-    NO_PLOTS,
-    PLOTS,
-    format_table,
-    plots_available,
-    table_rows,
-    write_report,
-)
 from slotune.tuner.space import PLATFORMS, Platform, describe_params
 
 

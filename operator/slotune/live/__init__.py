@@ -1,0 +1,2 @@
+"""The live verdict: whether a serving deployment meets its SLO now, from Prometheus
+(`oncall`)."""
