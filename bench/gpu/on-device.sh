@@ -15,10 +15,13 @@
 #                                           trials so that it ends within SECONDS; records in
 #                                           /tmp/slotune-study, copied to $OUT; resumes from
 #                                           bench/gpu/.state/trials.jsonl when that is longer
-#   bench/gpu/on-device.sh study SECONDS    starts the card's study (h100-study.yaml on an H100,
+#   bench/gpu/on-device.sh study SECONDS [TRIAL_SECONDS]
+#                                           starts the card's study (h100-study.yaml on an H100,
 #                                           h200-study.yaml on an H200, with the card's
 #                                           platform) in the background, stopped between
-#                                           trials so that it ends within SECONDS; records
+#                                           trials so that it ends within SECONDS (no trial
+#                                           starts with less than TRIAL_SECONDS left,
+#                                           default 480); records
 #                                           in /tmp/slotune-study; resumes like `tune`
 #   bench/gpu/on-device.sh study-follow SECONDS
 #                                           brings the running study's log and records back
@@ -134,6 +137,7 @@ study)
   # Like `repeat`: its own process session, so that it goes on across calls (`study-follow`)
   # for as long as the machine stays held; `timebox.py` stops it between trials by SECONDS.
   seconds="${2:?study SECONDS}"
+  trial_seconds="${3:-480}"
   name="$(card)"
   mkdir -p "$study"
   carried="$here/.state/trials.jsonl"
@@ -142,7 +146,7 @@ study)
   fi
   echo "== $(date -u +%FT%TZ) study on $name ($name-study.yaml), at most $seconds s" >>/tmp/slotune-study.log
   setsid bash -c '"$@"; echo "[study ended with status $?]"' study \
-    python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 480 \
+    python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds "$trial_seconds" \
     --records "$study/trials.jsonl" -- \
     python3 -c "import sys; from slotune.local.runner import main; sys.exit(main(sys.argv[1:]))" \
     "$here/$name-study.yaml" --local --platform "$name" --model-dir "$here/llama-8b" \
