@@ -286,6 +286,57 @@ def test_a_squatting_trial_pod_and_a_forged_load_pod_are_never_the_trials(
     assert recorded[0]["capacity"] == 3.0
 
 
+def test_a_network_policy_at_the_trials_name_is_not_taken_over(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """A NetworkPolicy someone made under the trial's name is a `ChildConflict`: applied, it
+    would take over the fields of a policy that guards other pods. It is left as it was; once
+    it is gone, slotune makes its own policy and then the trial pod."""
+    theirs = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "guard-trial-1-0", "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": {"team": "theirs"}}, "policyTypes": ["Ingress"]},
+    }
+    assert cluster.apply(theirs).returncode == 0
+    made = cluster.get("networkpolicy", "guard-trial-1-0", namespace)
+    assert made is not None
+    assert cluster.apply(tuned("guard", namespace)).returncode == 0
+    obj = wait_for(
+        "ChildConflict",
+        lambda: (
+            (o := cluster.get("llmd", "guard", namespace))
+            and condition(o, "Tuning").get("reason") == "ChildConflict"
+            and o
+        ),
+        timeout=60,
+    )
+    assert (
+        "NetworkPolicy " + namespace + "/guard-trial-1-0 already exists"
+        in condition(obj, "Tuning")["message"]
+    )
+    time.sleep(5)  # several resyncs
+    still = cluster.get("networkpolicy", "guard-trial-1-0", namespace)
+    assert still is not None
+    assert still["metadata"]["uid"] == made["metadata"]["uid"]
+    assert still["spec"] == made["spec"]
+    assert not still["metadata"].get("ownerReferences")
+    assert cluster.get("pod", "guard-trial-1-0", namespace) is None  # no trial without its policy
+
+    cluster.kubectl("delete", "networkpolicy", "guard-trial-1-0", "-n", namespace, "--wait=true")
+    ours = wait_for(
+        "slotune's policy",
+        lambda: (
+            (n := cluster.get("networkpolicy", "guard-trial-1-0", namespace))
+            and n["metadata"].get("ownerReferences")
+            and n
+        ),
+        timeout=60,
+    )
+    assert ours["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    wait_for("the trial pod", lambda: cluster.get("pod", "guard-trial-1-0", namespace), 60)
+
+
 def _job_pods(cluster: Cluster, namespace: str, uid: str) -> list[dict[str, Any]]:
     selector = f"{JOB_CONTROLLER_UID}={uid}"
     out = cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout

@@ -62,6 +62,7 @@ class Observed:
         default_factory=dict
     )
     serving: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     quarantined: dict[int, Quarantine] = field(default_factory=dict)
 
     def records(self, study: int) -> list[TrialRecord]:
@@ -75,6 +76,9 @@ class Observed:
 
     def trial_pod(self, name: str) -> dict[str, Any] | None:
         return self.pods.get(name)
+
+    def trial_policy(self, name: str) -> dict[str, Any] | None:
+        return self.policies.get(name)
 
     def load_job(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         return self.jobs.get(name, (None, []))
@@ -410,6 +414,21 @@ ROWS: dict[str, Row] = {
         step="Launching",
         events=("ChildConflict",),
         says="ChildConflict",
+    ),
+    "launching, a NetworkPolicy slotune does not control at the trial's name: a conflict": Row(
+        status(current=trial("Launching")),
+        Observed(policies={POD: {"metadata": {"name": POD, "uid": "theirs"}, "spec": {}}}),
+        step="Launching",
+        events=("ChildConflict",),
+        says="ChildConflict",
+    ),
+    "launching, slotune's own NetworkPolicy already there (a restart): the pod follows": Row(
+        status(current=trial("Launching")),
+        Observed(
+            policies={POD: {"metadata": {"name": POD, "ownerReferences": [OWNER.reference()]}}}
+        ),
+        step="Launching",
+        actions=("apply NetworkPolicy", "apply Pod"),
     ),
     "a record line that does not load: moved aside, said in the condition, the study goes on": Row(
         status(current=trial("Launching")),

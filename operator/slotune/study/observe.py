@@ -72,6 +72,14 @@ class KubeObservation:
             ("pod", name), lambda: self.kube.get(Ref("v1", "Pod", self.owner.namespace, name))
         )
 
+    def trial_policy(self, name: str) -> dict[str, Any] | None:
+        return self._once(
+            ("policy", name),
+            lambda: self.kube.get(
+                Ref("networking.k8s.io/v1", "NetworkPolicy", self.owner.namespace, name)
+            ),
+        )
+
     def load_job(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
             ns = self.owner.namespace

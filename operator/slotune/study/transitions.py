@@ -107,6 +107,9 @@ class Observation(Protocol):
 
     def trial_pod(self, name: str) -> dict[str, Any] | None: ...
 
+    def trial_policy(self, name: str) -> dict[str, Any] | None:
+        """The NetworkPolicy at the trial's name, whoever made it."""
+
     def load_job(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The load Job and its pods."""
 
@@ -429,6 +432,11 @@ class StudyStep:
         name = render.child_name(self.owner, "trial", tuning.study, current.number)
         pod = self.seen.trial_pod(name)
         if pod is None:
+            policy = self.seen.trial_policy(name)
+            if policy is not None and not trials.controlled_by(policy, self.owner.uid):
+                # Applied, it would take the fields of someone else's policy over.
+                detail = trials.not_ours({"kind": "NetworkPolicy", **policy})
+                return self._conflict(tuning, current, detail)
             # The policy first: the engine is never reachable by any pod but its load Job's.
             self.actions.append(
                 Apply(
