@@ -834,7 +834,13 @@ class CurrentTrial(StatusModel):
     started_at: datetime
     config_hash: str = ""
     pod: str | None = Field(default=None, description="The trial's engine pod (Canary).")
+    pod_uid: str | None = Field(
+        default=None, description="The UID of the trial pod slotune created: no other counts."
+    )
     job: str | None = Field(default=None, description="The load Job that measures it.")
+    job_uid: str | None = Field(
+        default=None, description="The UID of the load Job slotune created: no other counts."
+    )
     note: str | None = None
     voided: int = Field(
         default=0, description="Load Jobs discarded: completed through a pod they did not make."

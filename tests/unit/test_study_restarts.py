@@ -286,3 +286,30 @@ def test_quarantined_lines_outlive_the_study_they_came_from() -> None:
     seen = KubeObservation(api, owner, "vllm")
     assert seen.records(2) == []
     assert seen.quarantine(2).kept == "not json\n"
+
+
+def test_the_trial_objects_slotune_created_are_known_by_their_uid() -> None:
+    """At every pass, the trial in flight names the UIDs of the trial pod and load Job slotune
+    created, as the API server gave them: from the apply itself, not a later read."""
+    api = MemoryApi()
+    ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", NAMESPACE, NAME)
+    api.objects[MemoryApi._key(ref)] = deployment()
+    now = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    checked = 0
+    for _ in range(400):
+        now += timedelta(seconds=40)
+        reconcile(api.get(ref) or {}, api, now)
+        current = ((api.get(ref) or {}).get("status", {}).get("tuning") or {}).get("current")
+        for kind, api_version, name_key, uid_key in (
+            ("Pod", "v1", "pod", "podUid"),
+            ("Job", "batch/v1", "job", "jobUid"),
+        ):
+            made = api.get(Ref(api_version, kind, NAMESPACE, (current or {}).get(name_key) or "-"))
+            if made is not None and current is not None:
+                assert current.get(uid_key) == made["metadata"]["uid"], (kind, current)
+                checked += 1
+        world_step(api)
+        tuning = (api.get(ref) or {}).get("status", {}).get("tuning", {})
+        if tuning.get("state") in ("Completed", "Recommended", "RolledBack"):
+            break
+    assert checked > 5

@@ -415,6 +415,20 @@ ROWS: dict[str, Row] = {
         events=("ChildConflict",),
         says="ChildConflict",
     ),
+    "launching, a pod controlled like slotune's but not the one it created: a conflict": Row(
+        status(current=trial("Launching", pod_uid="slotunes")),
+        Observed(pods={POD: {**ready_pod(), "metadata": {**ready_pod()["metadata"], "uid": "x"}}}),
+        step="Launching",
+        events=("ChildConflict",),
+        says="not the one slotune created",
+    ),
+    "measuring, a load Job controlled like slotune's but not the one it created: a conflict": Row(
+        status(current=trial("Measuring", job_uid="slotunes")),
+        Observed(pods={POD: ready_pod()}, jobs={JOB: load_job(exit_code=0, message="{}")}),
+        step="Measuring",
+        events=("ChildConflict",),
+        says="not the one slotune created",
+    ),
     "launching, a NetworkPolicy slotune does not control at the trial's name: a conflict": Row(
         status(current=trial("Launching")),
         Observed(policies={POD: {"metadata": {"name": POD, "uid": "theirs"}, "spec": {}}}),
@@ -685,3 +699,24 @@ def test_a_decision_touches_nothing_it_was_given() -> None:
     assert row.previous == previous
     assert summary(first) == summary(again)
     assert first.tuning == again.tuning
+
+
+def test_the_trial_objects_uids_are_recorded_once_seen_and_kept() -> None:
+    """A pod and a Job slotune controls, seen without a recorded UID (the status write after
+    their creation was lost), have theirs recorded; a recorded UID is not overwritten."""
+
+    def situation(previous: TuningStatus) -> Situation:
+        previous = previous.model_copy(update={"spec_hash": trials.spec_hash(SPEC)})
+        return Situation(OWNER, SPEC, previous, NOW, "", False)
+
+    pod = {**ready_pod(), "metadata": {**ready_pod()["metadata"], "uid": "p1"}}
+    seen = Observed(pods={POD: pod})
+    decision = decide(situation(status(current=trial("Launching"))), seen)
+    assert decision.tuning is not None
+    assert decision.tuning.current is not None
+    assert decision.tuning.current.pod_uid == "p1"
+    measuring = status(current=trial("Measuring", pod_uid="p1"))
+    decision = decide(situation(measuring), Observed(pods=seen.pods, jobs={JOB: load_job()}))
+    assert decision.tuning is not None
+    assert decision.tuning.current is not None
+    assert (decision.tuning.current.pod_uid, decision.tuning.current.job_uid) == ("p1", "job-uid")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from slotune import render
 from slotune.kube import KubeApi
@@ -52,5 +53,20 @@ def step(ctx: Context) -> Decision:
         settings=ctx.settings,
     )
     decision = decide(situation, KubeObservation(ctx.kube, ctx.owner, ctx.spec.engine.kind))
-    execute(ctx.kube, decision.actions)
+    applied = execute(ctx.kube, decision.actions)
+    _record_made(decision, applied)
     return decision
+
+
+def _record_made(decision: Decision, applied: list[dict[str, Any]]) -> None:
+    """The UIDs the server gave the trial pod and load Job this step created, into the trial in
+    flight: from then on only those objects count as the trial's (`trials.replaced`)."""
+    current = decision.tuning.current if decision.tuning else None
+    if current is None:
+        return
+    for obj in applied:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == "Pod" and meta.get("name") == current.pod:
+            current.pod_uid = meta.get("uid") or current.pod_uid
+        elif obj.get("kind") == "Job" and meta.get("name") == current.job:
+            current.job_uid = meta.get("uid") or current.job_uid

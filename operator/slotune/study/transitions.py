@@ -455,9 +455,12 @@ class StudyStep:
             current.pod = name
             return self._result(tuning)
         waited = (self.now - current.since).total_seconds()
-        state = trials.PodState.of(pod, startup_seconds=waited, owner_uid=self.owner.uid)
+        state = trials.PodState.of(
+            pod, startup_seconds=waited, owner_uid=self.owner.uid, made=current.pod_uid
+        )
         if state.phase == "Conflict":
             return self._conflict(tuning, current, state.detail)
+        current.pod_uid = current.pod_uid or pod["metadata"].get("uid")
         if state.phase == "Ready" and state.ip:
             return self._start_load(tuning, current, records, f"http://{state.ip}:{self._port}")
         if state.phase == "Failed":
@@ -601,6 +604,7 @@ class StudyStep:
         )
         self.actions.append(Apply(job))
         current.job = job["metadata"]["name"]
+        current.job_uid = None  # a new Job: its UID comes with the apply (`slotune.study.step`)
         current.step = "Measuring"
         current.since = self.now
         current.note = None
@@ -612,7 +616,9 @@ class StudyStep:
         ns = self.owner.namespace
         if self.spec.tuning.strategy == "Canary":
             pod_name = render.child_name(self.owner, "trial", tuning.study, current.number)
-            engine = trials.PodState.of(self.seen.trial_pod(pod_name), owner_uid=self.owner.uid)
+            engine = trials.PodState.of(
+                self.seen.trial_pod(pod_name), owner_uid=self.owner.uid, made=current.pod_uid
+            )
             if engine.phase == "Conflict":
                 return self._conflict(tuning, current, engine.detail)
             if engine.phase in ("Failed", "Gone"):
@@ -636,9 +642,11 @@ class StudyStep:
             )
         job_name = render.child_name(self.owner, "load", tuning.study, current.number)
         job, pods = self.seen.load_job(job_name)
-        load = trials.LoadState.of(job, pods, owner_uid=self.owner.uid)
+        load = trials.LoadState.of(job, pods, owner_uid=self.owner.uid, made=current.job_uid)
         if load.phase == "Conflict":
             return self._conflict(tuning, current, load.detail)
+        if job is not None and load.phase != "Gone":
+            current.job_uid = current.job_uid or job["metadata"].get("uid")
         if load.phase == "Void":
             return self._voided(tuning, current, records, load.detail)
         if load.phase == "Gone":

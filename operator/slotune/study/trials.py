@@ -47,6 +47,22 @@ def controlled_by(obj: dict[str, Any], uid: str) -> bool:
     )
 
 
+def replaced(obj: dict[str, Any], made: str | None) -> str:
+    """Why an object at a trial's name, controlled like slotune's, is still not the one slotune
+    created (`made`: the UID the API server gave it, recorded in `status.tuning`), or "" when
+    it is that one or nothing was recorded. Anyone who may create the kind can copy an owner
+    reference; only the object slotune created has that UID."""
+    uid = obj["metadata"].get("uid")
+    if not made or uid == made:
+        return ""
+    meta = obj["metadata"]
+    return (
+        f"{obj.get('kind', 'object')} {meta.get('namespace')}/{meta['name']} is not the one "
+        f"slotune created (its UID is {uid}, slotune's was {made}); slotune neither uses nor "
+        "deletes it: delete it"
+    )
+
+
 def not_ours(obj: dict[str, Any]) -> str:
     """What a user reads about an object at a trial's name that slotune does not control."""
     meta = obj["metadata"]
@@ -78,13 +94,17 @@ class PodState:
         *,
         startup_seconds: float | None = None,
         owner_uid: str | None = None,
+        made: str | None = None,
     ) -> PodState:
-        """With `owner_uid` (a trial pod): a pod that LLMDeployment does not control is a
-        `Conflict`, never the trial's engine."""
+        """With `owner_uid` (a trial pod): a pod that LLMDeployment does not control, or
+        another than the one slotune created (`made`, its UID), is a `Conflict`, never the
+        trial's engine."""
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return cls("Gone")
         if owner_uid is not None and not controlled_by(pod, owner_uid):
             return cls("Conflict", detail=not_ours({"kind": "Pod", **pod}))
+        if why := replaced({"kind": "Pod", **pod}, made):
+            return cls("Conflict", detail=why)
         # A trial pod's name label is its engine's kind (render.trial_labels).
         kind = (pod["metadata"].get("labels") or {}).get(render.LABEL_NAME, DEFAULT_KIND)
         status = pod.get("status") or {}
@@ -184,15 +204,22 @@ class LoadState:
 
     @classmethod
     def of(
-        cls, job: dict[str, Any] | None, pods: list[dict[str, Any]], *, owner_uid: str
+        cls,
+        job: dict[str, Any] | None,
+        pods: list[dict[str, Any]],
+        *,
+        owner_uid: str,
+        made: str | None = None,
     ) -> LoadState:
-        """The Job counts only when the LLMDeployment (`owner_uid`) controls it, and its
-        result only from a pod the Job controls (by the Job's UID): any other pod, whatever its
-        name or labels, is not read."""
+        """The Job counts only when the LLMDeployment (`owner_uid`) controls it and it is the
+        one slotune created (`made`, its UID), and its result only from a pod the Job controls
+        (by the Job's UID): any other pod, whatever its name or labels, is not read."""
         if job is None or job["metadata"].get("deletionTimestamp"):
             return cls("Gone")
         if not controlled_by(job, owner_uid):
             return cls("Conflict", detail=not_ours({"kind": "Job", **job}))
+        if why := replaced({"kind": "Job", **job}, made):
+            return cls("Conflict", detail=why)
         for pod in pods:
             if not made_by(pod, job):
                 continue
