@@ -158,7 +158,7 @@ def test_with_watch_namespaces_the_operator_holds_nothing_outside_them(cluster: 
     assert not can("get", "secrets", "team-a")
 
 
-def test_the_admission_policy_limits_images_priority_classes_and_tolerations(
+def test_the_admission_policy_limits_what_an_author_gets_through_the_operator(
     cluster: Cluster,
 ) -> None:
     """The chart's optional ValidatingAdmissionPolicy, enforced by the real API server, in a
@@ -220,6 +220,75 @@ def test_the_admission_policy_limits_images_priority_classes_and_tolerations(
         restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         assert refusal("fine", engine=with_context(restricted)) == ""
         assert refusal("fine", podSecurityContext={"runAsNonRoot": True, "runAsUser": 1000}) == ""
+        assert "Unconfined seccomp or AppArmor profile" in refusal(
+            "sec", engine=with_context({"seccompProfile": {"type": "Unconfined"}})
+        )
+        assert "a sysctl" in refusal(
+            "sysctl", podSecurityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}
+        )
+        assert "custom SELinux" in refusal(
+            "selinux", podSecurityContext={"seLinuxOptions": {"user": "system_u"}}
+        )
+        runtime = {"seccompProfile": {"type": "RuntimeDefault"}}
+        assert refusal("fine", engine=with_context(runtime), podSecurityContext=runtime) == ""
+
+        # Which nodes, and which Secrets, the operator's pods are steered to on the author's
+        # behalf.
+        assert "nodeSelector or of the node affinity" in refusal(
+            "node", scheduling={"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}
+        )
+        pinned = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}
+        required = {"nodeSelectorTerms": [{"matchExpressions": [pinned]}]}
+        assert "nodeSelector or of the node affinity" in refusal(
+            "node",
+            scheduling={
+                "affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+                }
+            },
+        )
+        preferred = [
+            {"weight": 1, "preference": {"matchFields": [{**pinned, "key": "metadata.name"}]}}
+        ]
+        assert "nodeSelector or of the node affinity" in refusal(
+            "node",
+            scheduling={
+                "affinity": {
+                    "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}
+                }
+            },
+        )
+        h100 = {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100"]}
+        gpu_node = {"nodeSelectorTerms": [{"matchExpressions": [h100]}]}
+        allowed = {
+            "nodeSelector": {"kubernetes.io/arch": "amd64"},
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_node}
+            },
+        }
+        assert refusal("node", scheduling=allowed) == ""
+        assert "the Secret kube-admin" in refusal(
+            "secret",
+            model={
+                "name": "m",
+                "source": {"huggingFace": {"tokenSecretRef": {"name": "kube-admin"}}},
+            },
+        )
+        keyed = {
+            **with_image("vllm/vllm-openai:v0.32.0"),
+            "apiKeySecretRef": {"name": "db", "key": "k"},
+        }
+        assert "the Secret db" in refusal("secret", engine=keyed)
+        assert (
+            refusal(
+                "secret",
+                model={
+                    "name": "m",
+                    "source": {"huggingFace": {"tokenSecretRef": {"name": "hf-x"}}},
+                },
+            )
+            == ""
+        )
         # Elsewhere the policy does not apply.
         elsewhere = llmd("miner", "default", engine=with_image("evil.example/miner:1"))
         assert cluster.apply(elsewhere, "--dry-run=server").returncode == 0
