@@ -134,6 +134,7 @@ def reconcile(
                 "(monitoring.coreos.com/v1); install the Prometheus Operator or set Auto"
             )
     if spec is not None and not problems:
+        events += _image_notes(spec, meta, previous)
         conflicts = _conflicts(owner, spec, kube, deployment, has_pod_monitor)
         if conflicts:
             deployment = None  # someone else's: nothing of it is ours to report
@@ -235,6 +236,17 @@ def _after_apply(
             owner, serving_spec, previous, kube, deployment, events=events
         )
     return deployment, apply_failure, serving_spec
+
+
+def _image_notes(
+    spec: LLMDeploymentSpec, meta: dict[str, Any], previous: LLMDeploymentStatus
+) -> list[Event]:
+    """A warning, once per generation of the spec, when the engine's flags were checked against
+    a table of another version than the image runs (`slotune validate` says the same)."""
+    if previous.observed_generation == meta.get("generation"):
+        return []
+    note = ENGINES[spec.engine.kind].image_note(spec.engine.image)
+    return [Event("Warning", "FlagsCheckedAgainstOtherVersion", note)] if note else []
 
 
 def _privilege(spec: LLMDeploymentSpec, namespace: str, kube: KubeApi) -> list[str]:

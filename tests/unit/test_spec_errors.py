@@ -339,3 +339,22 @@ def test_what_the_baseline_level_forbids_needs_the_privileged_label(
     )
     assert safe is not None
     assert privilege_asked(safe) == []
+
+
+def test_an_image_without_its_own_flag_table_is_said_once_per_generation() -> None:
+    """The engine's flags were checked against another version's table (vLLM 0.33 against
+    0.32's): a Warning event says so at the first reconcile of a generation, as `slotune
+    validate` does, and not at every resync after it."""
+
+    def notes(done: Any) -> list[str]:
+        return [e.message for e in done.events if e.reason == "FlagsCheckedAgainstOtherVersion"]
+
+    api = MemoryApi()
+    ref = stored(api, raw(**{"engine.image": "vllm/vllm-openai:v0.33.0"}))
+    (note,) = notes(reconcile(api.get(ref) or {}, api, NOW))
+    assert "0.32.0" in note
+    assert "0.33.0" in note
+    assert notes(reconcile(api.get(ref) or {}, api, NOW)) == []
+    pinned = MemoryApi()
+    ref = stored(pinned, raw())
+    assert notes(reconcile(pinned.get(ref) or {}, pinned, NOW)) == []
