@@ -27,7 +27,8 @@ scripts/generated.sh check
 echo "== tests" >&2
 # Two sessions: the engine tests time requests to the millisecond, so the control plane, the
 # operator and the test kubelet of the integration tests are gone before they start.
+# The slowest tests of each session are listed at its end: where the suite's time goes.
 status=0
-.venv/bin/python -m pytest tests/unit tests/integration "$@" || status=$?
-.venv/bin/python -m pytest tests/engine "$@" || status=$?
+.venv/bin/python -m pytest tests/unit tests/integration --durations=15 "$@" || status=$?
+.venv/bin/python -m pytest tests/engine --durations=10 "$@" || status=$?
 exit "$status"
