@@ -378,3 +378,41 @@ def test_a_power_law_curve_overloaded_far_above_does_not_pull_the_crossing_up() 
 def test_the_likelihoods_temper_is_students_at_the_batch_means_degrees() -> None:
     assert crossing.BATCH_DEGREES == attainment.BATCHES - 1
     assert crossing.TEMPER < 1
+
+
+def test_a_failed_window_past_the_capacity_bounds_the_queued_curve_from_above_only() -> None:
+    # `make tune` run 29, trial #3 (bench/results/make-tune-29/trials.jsonl): every TTFT within
+    # the bound at 2.33 and 3.70 req/s; the queue rose at 3.92 (no steady state: no sample in
+    # time); windows stopped early at 4.80 and 5.88 had 34% and 52% of TTFTs in time, seen
+    # before their queues had made every request late. Read as the curve's values they
+    # contradict the 3.92 probe, and the fit put the capacity at 3.35 [3.30, 3.53], below the
+    # rate that passed; read as upper bounds of the steady state, it lies between 3.70 and 3.92.
+    def probe(rate: float, verdict: str, ttft: tuple[int, int, float, float, float],
+              itl: tuple[int, int, float, float, float]) -> Probe:  # fmt: skip
+        def figures(t: tuple[int, int, float, float, float]) -> TargetFigures:
+            good, total, effective, low, high = t
+            return TargetFigures(good=good, total=total, effective=effective, low=low, high=high)
+
+        return Probe(
+            k=0,
+            rate=rate,
+            sent_rate=rate,
+            verdict=ProbeVerdict(verdict),
+            requests=ttft[1],
+            targets={"ttft": figures(ttft), "itl": figures(itl)},
+        )
+
+    probes = [
+        probe(2.33, "Pass", (39, 39, 39.0, 0.91, 1.0), (1201, 1209, 564.8, 0.983, 0.998)),
+        probe(3.70, "Pass", (39, 39, 39.0, 0.91, 1.0), (1199, 1209, 615.0, 0.981, 0.996)),
+        probe(5.88, "Fail", (31, 59, 9.4, 0.249, 0.787), (1160, 1199, 196.0, 0.932, 0.985)),
+        probe(4.80, "Fail", (26, 76, 10.6, 0.136, 0.632), (1300, 1336, 106.9, 0.922, 0.991)),
+        probe(3.92, "Unstable", (215, 258, 28.1, 0.658, 0.929), (7945, 7998, 666.8, 0.984, 0.997)),
+    ]
+    found = capacity.fit_probes(probes, {"ttft": 90.0, "itl": 95.0})
+    assert found is not None
+    low, high = found.interval()
+    assert high is not None
+    assert 3.70 <= found.estimate <= 3.92
+    assert low >= 3.3
+    assert high <= 3.92 * 1.13

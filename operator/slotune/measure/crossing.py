@@ -92,6 +92,10 @@ class Observation:
     effective: float
     failed: bool = False  # the probe's own verdict for this target: its interval lay below
     passed: bool = False  # ... or wholly at or above the percentile
+    at_most: bool = False
+    """The attainment seen is an upper bound of the curve's: a window past the capacity ends
+    before its queue has made every request late, so what it saw overstates the steady state.
+    Such a probe says only that the curve lies at or below it there."""
 
     def __post_init__(self) -> None:
         for name in ("rate", "good", "total", "effective"):
@@ -191,6 +195,12 @@ def crossing_cdf(
     weight = np.array([o.weight for o in used])[None, None, :]
     x = log_r - log_rates[:, None, None]  # the probe's rate over the candidate crossing
     log_a, log_not = _curves(q, x)
+    # An upper bound: the likelihood of the highest attainment the window allows, max(A, f),
+    # so that a curve at or below what was seen costs nothing and one above it what it would.
+    bound = np.array([o.at_most for o in used])[None, None, :]
+    seen = np.clip(fraction, MIN_P, 1 - MIN_P)
+    log_a = np.where(bound, np.maximum(log_a, np.log(seen)), log_a)
+    log_not = np.where(bound, np.minimum(log_not, np.log1p(-seen)), log_not)
     each = TEMPER * weight * (fraction * log_a + (1 - fraction) * log_not)  # crossing, slope, probe
     below = np.where(x < 0, each, 0.0).sum(axis=2)
     above = np.where(x >= 0, each, 0.0).sum(axis=2)
