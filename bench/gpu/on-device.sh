@@ -229,7 +229,8 @@ repeat)
       exit 1
     fi
   done
-  # The platform stays h200 (its vLLM defaults); the card names the files only.
+  # The card's platform: the H100 shares the H200's vLLM defaults (and the spec), not its
+  # spread between engine starts.
   name="$(card)"
   echo "$name" >/tmp/slotune-repeat.name
   mkdir -p /tmp/slotune-repeat
@@ -239,7 +240,7 @@ repeat)
     SLOTUNE_COMMIT="$(cat "$here/.state/COMMIT" 2>/dev/null || true)" \
     setsid bash -c '"$@"; echo "[repeat ended with status $?]"' repeat \
     python3 "$root/bench/capacity_repeatability.py" --spec "$here/h200-study.yaml" \
-    --platform h200 --model-dir "$here/llama-8b" --vllm-python python3 --dummy-weights \
+    --platform "$name" --model-dir "$here/llama-8b" --vllm-python python3 --dummy-weights \
     --engines "$engines" --seed "$seed" --repeats 0 --out /tmp/slotune-repeat-work \
     --results /tmp/slotune-repeat --json-every >>/tmp/slotune-repeat.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-repeat.pid
