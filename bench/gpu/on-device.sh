@@ -71,6 +71,18 @@ card() {
   esac
 }
 
+# Calls the mode's `bring_back` every 5 s while the background run (pid $1) lives, for at most
+# $2 s of this call, then once more; succeeds when the run has ended.
+follow_run() {
+  local pid="$1" seconds="$2"
+  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
+    bring_back
+    sleep 5
+  done
+  bring_back
+  ! kill -0 "$pid" 2>/dev/null
+}
+
 case "${1:-}" in
 stash)
   mkdir -p "$stash"
@@ -162,15 +174,10 @@ study-follow)
     cp "$study/trials.jsonl" "$study/trials.txt" "$study/report.html" "$OUT/" 2>/dev/null || true
     return 0
   }
-  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
-    bring_back
-    sleep 5
-  done
-  if ! kill -0 "$pid" 2>/dev/null; then
+  if follow_run "$pid" "$seconds"; then
     echo "the study has ended"
     tar -czf "$OUT/study-engine-logs.tar.gz" -C "$study" engines 2>/dev/null || true
   fi
-  bring_back
   tail -n 40 /tmp/slotune-study.log
   ;;
 landscape)
@@ -210,12 +217,7 @@ follow)
     cp /tmp/slotune-landscape.jsonl "$OUT/$(cat /tmp/slotune-landscape.name).jsonl" 2>/dev/null || true
     cp /tmp/slotune-landscape.log "$OUT/landscape.log" 2>/dev/null || true
   }
-  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
-    bring_back
-    sleep 5
-  done
-  kill -0 "$pid" 2>/dev/null || echo "the landscape run has ended"
-  bring_back
+  follow_run "$pid" "$seconds" && echo "the landscape run has ended"
   tail -n 30 /tmp/slotune-landscape.log
   ;;
 repeat)
@@ -258,15 +260,10 @@ repeat-follow)
     done
     return 0
   }
-  while (( SECONDS < seconds )) && kill -0 "$pid" 2>/dev/null; do
-    bring_back
-    sleep 5
-  done
-  if ! kill -0 "$pid" 2>/dev/null; then
+  if follow_run "$pid" "$seconds"; then
     echo "the repeat run has ended"
     tar -czf "$OUT/repeat-engine-logs.tar.gz" -C /tmp/slotune-repeat-work engines 2>/dev/null || true
   fi
-  bring_back
   tail -n 30 /tmp/slotune-repeat.log
   ;;
 side-by-side)
