@@ -83,6 +83,16 @@ follow_run() {
   ! kill -0 "$pid" 2>/dev/null
 }
 
+# A study resumes from the carried records (bench/gpu/.state/trials.jsonl) when they hold more
+# trials than this machine's.
+resume_records() {
+  local carried="$here/.state/trials.jsonl"
+  if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
+    cp -v "$carried" "$study/trials.jsonl"
+  fi
+  return 0
+}
+
 case "${1:-}" in
 stash)
   mkdir -p "$stash"
@@ -132,10 +142,7 @@ PY
 tune)
   seconds="${2:?tune SECONDS}"
   mkdir -p "$study"
-  carried="$here/.state/trials.jsonl"
-  if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
-    cp -v "$carried" "$study/trials.jsonl"
-  fi
+  resume_records
   python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds 590 \
     --records "$study/trials.jsonl" -- \
     python3 -c "import sys; from slotune.local.runner import main; sys.exit(main(sys.argv[1:]))" "$here/h200-study.yaml" --local --platform h200 \
@@ -152,10 +159,7 @@ study)
   trial_seconds="${3:-480}"
   name="$(card)"
   mkdir -p "$study"
-  carried="$here/.state/trials.jsonl"
-  if [[ -f "$carried" ]] && (( $(wc -l <"$carried") > $(cat "$study/trials.jsonl" 2>/dev/null | wc -l) )); then
-    cp -v "$carried" "$study/trials.jsonl"
-  fi
+  resume_records
   echo "== $(date -u +%FT%TZ) study on $name ($name-study.yaml), at most $seconds s" >>/tmp/slotune-study.log
   setsid bash -c '"$@"; echo "[study ended with status $?]"' study \
     python3 "$here/timebox.py" --seconds "$seconds" --trial-seconds "$trial_seconds" \
