@@ -245,7 +245,7 @@ def _image_notes(
     a table of another version than the image runs (`slotune validate` says the same)."""
     if previous.observed_generation == meta.get("generation"):
         return []
-    note = ENGINES[spec.engine.kind].image_note(spec.engine.image)
+    note = render.engine_of(spec).image_note(spec.engine.image)
     return [Event("Warning", "FlagsCheckedAgainstOtherVersion", note)] if note else []
 
 
