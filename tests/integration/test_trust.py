@@ -165,6 +165,20 @@ def test_a_record_that_does_not_load_is_quarantined_and_serving_goes_on(
     assert "ValidationError" not in operator.log()
 
 
+def tuning_conflict(cluster: Cluster, name: str, namespace: str) -> dict[str, Any]:
+    """The LLMDeployment once its Tuning condition says `ChildConflict`."""
+    found: dict[str, Any] = wait_for(
+        "ChildConflict",
+        lambda: (
+            (o := cluster.get("llmd", name, namespace))
+            and condition(o, "Tuning").get("reason") == "ChildConflict"
+            and o
+        ),
+        timeout=60,
+    )
+    return found
+
+
 def _pod(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -209,15 +223,7 @@ def test_a_squatting_trial_pod_and_a_forged_load_pod_are_never_the_trials(
     assert cluster.apply(squatter).returncode == 0
     squatter_uid = cluster.get("pod", "trust-trial-1-0", namespace)["metadata"]["uid"]  # type: ignore[index]
     assert cluster.apply(tuned("trust", namespace)).returncode == 0
-    obj = wait_for(
-        "ChildConflict",
-        lambda: (
-            (o := cluster.get("llmd", "trust", namespace))
-            and condition(o, "Tuning").get("reason") == "ChildConflict"
-            and o
-        ),
-        timeout=60,
-    )
+    obj = tuning_conflict(cluster, "trust", namespace)
     assert (
         "Pod " + namespace + "/trust-trial-1-0 already exists"
         in condition(obj, "Tuning")["message"]
@@ -302,15 +308,7 @@ def test_a_network_policy_at_the_trials_name_is_not_taken_over(
     made = cluster.get("networkpolicy", "guard-trial-1-0", namespace)
     assert made is not None
     assert cluster.apply(tuned("guard", namespace)).returncode == 0
-    obj = wait_for(
-        "ChildConflict",
-        lambda: (
-            (o := cluster.get("llmd", "guard", namespace))
-            and condition(o, "Tuning").get("reason") == "ChildConflict"
-            and o
-        ),
-        timeout=60,
-    )
+    obj = tuning_conflict(cluster, "guard", namespace)
     assert (
         "NetworkPolicy " + namespace + "/guard-trial-1-0 already exists"
         in condition(obj, "Tuning")["message"]

@@ -654,13 +654,12 @@ ROWS: dict[str, Row] = {
 }
 
 
-@pytest.mark.parametrize("name", list(ROWS))
-def test_the_transition(name: str) -> None:
-    row = ROWS[name]
+def situation_of(row: Row) -> Situation:
+    """The row's situation; a previous status of the study of `HASH` is its spec's study."""
     previous = row.previous
     if previous is not None and previous.spec_hash == HASH:  # the study of the row's spec
         previous = previous.model_copy(update={"spec_hash": trials.spec_hash(row.spec)})
-    situation = Situation(
+    return Situation(
         owner=OWNER,
         spec=row.spec,
         previous=previous,
@@ -669,7 +668,12 @@ def test_the_transition(name: str) -> None:
         serving_ready=row.serving_ready,
         live=row.live,
     )
-    decision = decide(situation, row.seen)
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_the_transition(name: str) -> None:
+    row = ROWS[name]
+    decision = decide(situation_of(row), row.seen)
     tuning = decision.tuning
     assert (tuning.state if tuning else None) == row.state
     current = tuning.current if tuning else None
@@ -704,19 +708,15 @@ def test_a_decision_touches_nothing_it_was_given() -> None:
 def test_the_trial_objects_uids_are_recorded_once_seen_and_kept() -> None:
     """A pod and a Job slotune controls, seen without a recorded UID (the status write after
     their creation was lost), have theirs recorded; a recorded UID is not overwritten."""
-
-    def situation(previous: TuningStatus) -> Situation:
-        previous = previous.model_copy(update={"spec_hash": trials.spec_hash(SPEC)})
-        return Situation(OWNER, SPEC, previous, NOW, "", False)
-
     pod = {**ready_pod(), "metadata": {**ready_pod()["metadata"], "uid": "p1"}}
     seen = Observed(pods={POD: pod})
-    decision = decide(situation(status(current=trial("Launching"))), seen)
+    decision = decide(situation_of(Row(status(current=trial("Launching")))), seen)
     assert decision.tuning is not None
     assert decision.tuning.current is not None
     assert decision.tuning.current.pod_uid == "p1"
     measuring = status(current=trial("Measuring", pod_uid="p1"))
-    decision = decide(situation(measuring), Observed(pods=seen.pods, jobs={JOB: load_job()}))
+    jobs = {JOB: load_job()}
+    decision = decide(situation_of(Row(measuring)), Observed(pods=seen.pods, jobs=jobs))
     assert decision.tuning is not None
     assert decision.tuning.current is not None
     assert (decision.tuning.current.pod_uid, decision.tuning.current.job_uid) == ("p1", "job-uid")
