@@ -29,6 +29,18 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
     {
+        "name": "Needed",
+        "type": "integer",
+        "jsonPath": ".status.scaling.neededReplicas",
+        "description": "Replicas the peak demand needs (Capacity and External scaling)",
+    },
+    {
+        "name": "Per-Replica",
+        "type": "number",
+        "jsonPath": ".status.scaling.capacityPerReplica",
+        "description": "Requests/s one replica carries within the SLO",
+    },
+    {
         "name": "TTFT-P95",
         "type": "string",
         "jsonPath": ".status.sloSummary",
@@ -154,7 +166,16 @@ def crd() -> dict[str, Any]:
                     "name": models.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {
+                        "status": {},
+                        # `kubectl scale`, HPA and KEDA write spec.replicas through it; slotune
+                        # follows it in Fixed and External scaling.
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": root},
                 }

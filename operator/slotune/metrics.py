@@ -240,6 +240,25 @@ def arrival_rate(
     return f"{finished} + {in_engine} + {rejected}"
 
 
+PEAK_RATE_WINDOW = "1m"  # the arrival rate whose peak scaling follows
+PEAK_STEP = "15s"
+
+
+def peak_arrival_rate(
+    window: str,
+    selector: Selector = Selector(),
+    *,
+    rate_window: str = PEAK_RATE_WINDOW,
+    step: str = PEAK_STEP,
+    names: MetricNames = DEFAULT_NAMES,
+) -> str:
+    """The highest arrival rate (over `rate_window`, every `step`) within the last `window`:
+    the demand Capacity scaling sizes the replicas for."""
+    window_seconds(window)
+    inner = arrival_rate(rate_window, selector, names=names)
+    return f"max_over_time(({inner})[{window}:{step}])"
+
+
 def prompt_length_mean(
     window: str, selector: Selector = Selector(), *, names: MetricNames = DEFAULT_NAMES
 ) -> str:

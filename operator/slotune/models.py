@@ -651,6 +651,53 @@ class MonitoringSpec(ApiModel):
     )
 
 
+class ScalingSpec(ApiModel):
+    """How many serving replicas run: `spec.replicas` as written, as many as the measured
+    capacity needs, or as an external autoscaler sets them through the scale subresource."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.minReplicas <= self.maxReplicas",
+                    "minReplicas must not exceed maxReplicas",
+                )
+            ]
+        }
+    )
+
+    mode: Literal["Fixed", "Capacity", "External"] = Field(
+        default="Fixed",
+        description="Fixed: spec.replicas. Capacity: ceil(demand x (1 + headroom) / capacity "
+        "per replica) within minReplicas..maxReplicas, where demand is the peak arrival rate "
+        "over the stabilization window and capacity per replica the serving configuration's "
+        "measured capacity. External: an HPA or KEDA sets spec.replicas through the scale "
+        "subresource; slotune publishes the figures and never changes the count.",
+    )
+    min_replicas: int = Field(default=1, ge=1, le=1000)
+    max_replicas: int = Field(default=10, ge=1, le=1000)
+    stabilization_window: Duration = Field(
+        default="5m",
+        description="Capacity: the demand is the peak over this window, so the replicas go "
+        "up at once and down only when the whole window needs fewer.",
+    )
+    capacity_per_replica: float | None = Field(
+        default=None,
+        gt=0,
+        description="Capacity: the requests/s one replica carries within the SLO, when no "
+        "study has measured the serving configuration (a measured one takes precedence).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"scaling.minReplicas ({self.min_replicas}) must not exceed maxReplicas "
+                f"({self.max_replicas})"
+            )
+        return self
+
+
 # --- the resource -------------------------------------------------------------------------
 
 
@@ -671,7 +718,14 @@ class LLMDeploymentSpec(ApiModel):
     model: ModelSpec
     engine: EngineSpec = Field(default_factory=EngineSpec)
     resources: ResourceSpec = Field(default_factory=ResourceSpec)
-    replicas: int = Field(default=1, ge=0, le=1000)
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Serving replicas in Fixed and External scaling (the scale subresource "
+        "writes it); Capacity scaling sets the count itself.",
+    )
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     pod_security_context: FreeForm = Field(
         default_factory=dict,
@@ -857,6 +911,17 @@ class TunedConfig(StatusModel):
     at: datetime | None = None
 
 
+class ReplicaCapacity(StatusModel):
+    """What one replica of a configuration carries within the SLO, as a study confirmed it."""
+
+    hash: str = Field(description="Config hash of the configuration measured.")
+    trial: int
+    study: int
+    rate: float = Field(description="Requests/s carried within every SLO target.")
+    low: float | None = Field(default=None, description="Its 95% interval, low end.")
+    high: float | None = None
+
+
 class TuningStatus(StatusModel):
     """Progress of the tuning study."""
 
@@ -889,6 +954,12 @@ class TuningStatus(StatusModel):
         default=None, description="What it ran before the promotion: the rollback target."
     )
     verify_since: datetime | None = None
+    replica_capacity: ReplicaCapacity | None = Field(
+        default=None,
+        description="The capacity per replica of the configuration the study chose (the "
+        "winner, or else the best): what Capacity scaling divides the demand by while the "
+        "serving pods run it.",
+    )
 
 
 class GpuStatus(StatusModel):
@@ -926,6 +997,34 @@ class GpuStatus(StatusModel):
     )
 
 
+class ScalingStatus(StatusModel):
+    """How many replicas serve, how many the demand needs, and the figures that decided it."""
+
+    mode: str = "Fixed"
+    desired_replicas: int | None = Field(
+        default=None, description="The replicas slotune set on the serving Deployment."
+    )
+    needed_replicas: int | None = Field(
+        default=None,
+        description="ceil(demand x (1 + headroom) / capacity per replica), before the bounds.",
+    )
+    demand: float | None = Field(
+        default=None, description="Peak arrival rate (requests/s) over the stabilization window."
+    )
+    capacity_per_replica: float | None = Field(
+        default=None, description="Requests/s one replica of the serving configuration carries."
+    )
+    capacity_low: float | None = Field(
+        default=None, description="That capacity's 95% interval, low end (when measured)."
+    )
+    capacity_high: float | None = None
+    capacity_source: str | None = Field(
+        default=None, description="Where the capacity comes from: a trial, or the spec."
+    )
+    message: str | None = None
+    last_scale_time: datetime | None = None
+
+
 class LLMDeploymentStatus(StatusModel):
     """Observed state of an LLMDeployment; written only by the operator."""
 
@@ -935,6 +1034,11 @@ class LLMDeploymentStatus(StatusModel):
     replicas: int | None = None
     ready_replicas: int | None = None
     ready: str | None = Field(default=None, description="Ready replicas of desired, e.g. 1/1.")
+    selector: str | None = Field(
+        default=None,
+        description="The serving pods' label selector, for the scale subresource (HPA, KEDA).",
+    )
+    scaling: ScalingStatus | None = None
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

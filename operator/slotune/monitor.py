@@ -23,7 +23,7 @@ from datetime import datetime
 from slotune.backoff import Backoff
 from slotune.engine import engine_for
 from slotune.live import oncall
-from slotune.metrics import PrometheusSource, model_selector
+from slotune.metrics import PrometheusSource, model_selector, peak_arrival_rate
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus, WorkloadSpec
 from slotune.reconcile import Watch
 from slotune.study import Live
@@ -82,6 +82,7 @@ class _Cached:
     at: float
     reading: oncall.LiveReading
     workload: WorkloadSpec | None
+    demand: float | None = None
 
 
 class PrometheusMonitor:
@@ -158,7 +159,10 @@ class PrometheusMonitor:
         workload = None
         if reading.available and spec.tuning.enabled and spec.tuning.workload.source == "Live":
             workload = live_workload(source, spec, namespace, served)
-        cached = _Cached(time.monotonic(), reading, workload)
+        demand = None
+        if reading.available and spec.scaling.mode != "Fixed":
+            demand = peak_demand(source, spec, namespace, served)
+        cached = _Cached(time.monotonic(), reading, workload, demand)
         self._cache[key] = cached
         return cached
 
@@ -197,7 +201,28 @@ class PrometheusMonitor:
             slo_detail=slo_row[3] if slo_row else "",
             workload=cached.workload if cached else None,
         )
-        return Watch(live=live, rows=decided.conditions, slo=decided.slo, gpu=decided.gpu)
+        return Watch(
+            live=live,
+            rows=decided.conditions,
+            slo=decided.slo,
+            gpu=decided.gpu,
+            demand=cached.demand if cached else None,
+        )
+
+
+def peak_demand(
+    source: PrometheusSource, spec: LLMDeploymentSpec, namespace: str, served: str
+) -> float | None:
+    """The peak arrival rate over the stabilization window (0 when the engines were scraped
+    and nothing arrived); None when Prometheus cannot tell."""
+    selector = model_selector(
+        model_name=served, namespace=namespace, label=engine_for(spec.engine.kind).model_label
+    )
+    try:
+        value = source.query_value(peak_arrival_rate(spec.scaling.stabilization_window, selector))
+    except Exception:  # noqa: BLE001 - Prometheus trouble is reported by the SLO reading
+        return None
+    return max(value, 0.0) if value is not None else None
 
 
 def live_workload(

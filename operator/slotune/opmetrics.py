@@ -65,8 +65,27 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "other two.",
         ("type", "status"),
     ),
-    "replicas_desired": ("Serving replicas the spec asks for.", ()),
+    "replicas_desired": (
+        "Serving replicas slotune sets: spec.replicas, or the count Capacity scaling chose "
+        "(status.replicas).",
+        (),
+    ),
     "replicas_ready": ("Serving replicas that are ready.", ()),
+    "replicas_needed": (
+        "Replicas the peak demand needs: ceil(demand x (1 + headroom) / capacity per replica), "
+        "before minReplicas and maxReplicas (status.scaling.neededReplicas; Capacity and "
+        "External scaling). What an HPA or KEDA scales on.",
+        (),
+    ),
+    "demand_requests_per_second": (
+        "Peak arrival rate over the stabilization window (status.scaling.demand).",
+        (),
+    ),
+    "capacity_per_replica_requests_per_second": (
+        "Requests/s one replica of the serving configuration carries within the SLO; bound is "
+        "estimate, low or high (the 95% interval; status.scaling).",
+        ("bound",),
+    ),
     "slo_met": (
         "1 when every SLO target holds, 0 when one is missed; absent while unknown (not "
         "measured yet, or no SLO).",
@@ -165,6 +184,12 @@ def status_series(
             for state in _CONDITION_STATES
         ]
     out.put("replicas_ready", status.ready_replicas)
+    # What slotune set (Capacity scaling's count included); the spec's before any status.
+    desired = status.replicas
+    if desired is None and spec is not None:
+        desired = spec.replicas
+    out.put("replicas_desired", desired)
+    _scaling_series(out, status)
     _slo_series(out, status)
     _tuning_series(out, status)
     _gpu_series(out, status)
@@ -174,12 +199,22 @@ def status_series(
 def _spec_series(out: _Series, name: str, spec: LLMDeploymentSpec) -> None:
     # vLLM's model_name label is the served name, which defaults to the object's name.
     out.put("info", 1.0, spec.model.name, spec.model.served_name or name)
-    out.put("replicas_desired", spec.replicas)
     out.put("tuning_enabled", 1.0 if spec.tuning.enabled else 0.0)
     if spec.slo is not None:
         for target, bound in spec.slo.targets().items():
             out.put("slo_target_seconds", bound.max_seconds, target)
             out.put("slo_target_percentile", bound.percentile, target)
+
+
+def _scaling_series(out: _Series, status: LLMDeploymentStatus) -> None:
+    scaling = status.scaling
+    if scaling is None:
+        return
+    out.put("replicas_needed", scaling.needed_replicas)
+    out.put("demand_requests_per_second", scaling.demand)
+    out.put("capacity_per_replica_requests_per_second", scaling.capacity_per_replica, "estimate")
+    out.put("capacity_per_replica_requests_per_second", scaling.capacity_low, "low")
+    out.put("capacity_per_replica_requests_per_second", scaling.capacity_high, "high")
 
 
 def _slo_series(out: _Series, status: LLMDeploymentStatus) -> None:

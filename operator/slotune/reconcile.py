@@ -13,10 +13,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from slotune import render, study
+from slotune import render, scaling, study
 from slotune.engine import ENGINES
 from slotune.kube import KubeApi, KubeError, Ref, schema_problems
-from slotune.models import GpuStatus, LLMDeploymentSpec, LLMDeploymentStatus, SloStatus
+from slotune.models import (
+    GpuStatus,
+    LLMDeploymentSpec,
+    LLMDeploymentStatus,
+    SloStatus,
+    TuningStatus,
+)
 from slotune.spec import PSA_ENFORCE_LABEL, parse_spec, privilege_asked, privilege_problems
 from slotune.status import (
     ConditionRow,
@@ -70,6 +76,7 @@ class Watch:
     rows: list[ConditionRow] = field(default_factory=list)  # SLOMet, MetricsAvailable, ...
     slo: SloStatus | None = None
     gpu: GpuStatus | None = None
+    demand: float | None = None  # the peak arrival rate over the stabilization window
 
 
 # (spec, previous status, namespace, served model name, now) -> what monitoring says
@@ -115,11 +122,12 @@ def reconcile(
     owner = render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     previous = LLMDeploymentStatus.model_validate(body.get("status") or {})
     spec, problems = parse_spec(body.get("spec") or {}, schema_problems)
-    deployment_ref = Ref("apps/v1", "Deployment", owner.namespace, owner.name)
-
-    deployment: dict[str, Any] | None = kube.get(deployment_ref)
+    deployment: dict[str, Any] | None = kube.get(
+        Ref("apps/v1", "Deployment", owner.namespace, owner.name)
+    )
     watch: Watch | None = None
     decision: study.Decision | None = None
+    scaled: scaling.Outcome | None = None
     conflicts: list[str] = []
     apply_failure: str | None = None
     events: list[Event] = []
@@ -156,6 +164,9 @@ def reconcile(
             )
         )
         serving = render.with_params(spec, decision.overlay)
+        serving, scaled = _scale(
+            owner, serving, previous, decision.tuning, watch, kube, deployment, now, events
+        )
         deployment, rejected, apply_failure, applied = _apply_or_explain(
             owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
         )
@@ -181,7 +192,8 @@ def reconcile(
     active_args, active_hash = _active_config(deployment)
     observation = Observation(
         generation=int(meta.get("generation") or 0),
-        spec=spec,
+        # With the replica count scaling chose, which status reports.
+        spec=spec.model_copy(update={"replicas": scaled.replicas}) if spec and scaled else spec,
         problems=problems,
         conflicts=conflicts,
         apply_failure=apply_failure,
@@ -194,6 +206,9 @@ def reconcile(
         slo=watch.slo if watch else previous.slo,
         gpu=watch.gpu if watch else previous.gpu,
         serving_spec=serving_spec,
+        scaling=scaled.status if scaled else previous.scaling,
+        scaling_row=scaled.row if scaled else None,
+        selector=render.selector_string(owner, spec.engine.kind) if spec else previous.selector,
     )
     current = settle_figures(previous, compute_status(observation, previous, now), now)
     outcome = Reconciled(status=current, events=transitions(previous, current) + events, spec=spec)
@@ -208,6 +223,82 @@ def reconcile(
         outcome.invalid = "; ".join(problems)
     outcome.apply_failure = apply_failure
     return outcome
+
+
+def _scale(  # noqa: PLR0917 - the reconcile's own state, passed through once
+    owner: render.Owner,
+    serving: LLMDeploymentSpec,
+    previous: LLMDeploymentStatus,
+    tuning: TuningStatus | None,
+    watch: Watch | None,
+    kube: KubeApi,
+    deployment: dict[str, Any] | None,
+    now: datetime,
+    events: list[Event],
+) -> tuple[LLMDeploymentSpec, scaling.Outcome]:
+    """The serving spec with its replica count (`slotune.scaling`), decided from the demand
+    monitoring read and the capacity per replica of the configuration about to serve; a
+    change is added to `events` with its figures."""
+    current = previous.scaling.desired_replicas if previous.scaling else None
+    if current is None and deployment is not None:
+        current = int(deployment["spec"].get("replicas", 1))  # a switch to Capacity keeps it
+    capacity = scaling.serving_capacity(serving, tuning, render.config_hash(owner, serving))
+    demand = watch.demand if watch else None
+    floor = scaling.demand_floor(serving)
+    if demand is not None and floor is not None:
+        demand = max(demand, floor)
+    blocked = (
+        _unschedulable(owner, serving, kube, deployment)
+        if serving.scaling.mode == "Capacity"
+        else None
+    )
+    scale = scaling.decide(
+        serving.scaling,
+        spec_replicas=serving.replicas,
+        current=current,
+        demand=demand,
+        capacity=capacity,
+        headroom=serving.tuning.headroom,
+        unschedulable=blocked,
+        hold=scaling.study_holds(serving, tuning),
+    )
+    if scale.change is not None:
+        out = scale.replicas > (scale.current or 0)
+        events.append(Event("Normal", "ScaledOut" if out else "ScaledIn", scale.change))
+    serving = serving.model_copy(update={"replicas": scale.replicas})
+    scaled = scaling.outcome(
+        serving, scale, demand=demand, capacity=capacity, previous=previous.scaling, now=now
+    )
+    return serving, scaled
+
+
+def _unschedulable(
+    owner: render.Owner,
+    spec: LLMDeploymentSpec,
+    kube: KubeApi,
+    deployment: dict[str, Any] | None,
+) -> str | None:
+    """Why a serving pod cannot be placed (the scheduler's message), while the Deployment has
+    fewer ready replicas than it asks for; pods are read only then. Only pods of this
+    Deployment's ReplicaSets count."""
+    if deployment is None or _serving_ready(deployment):
+        return None
+    prefix = f"{deployment['metadata']['name']}-"
+    for pod in kube.list(
+        "v1", "Pod", owner.namespace, render.selector_labels(owner, spec.engine.kind)
+    ):
+        owners = pod["metadata"].get("ownerReferences") or []
+        if not any(
+            r.get("kind") == "ReplicaSet" and r.get("name", "").startswith(prefix) for r in owners
+        ):
+            continue
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                return condition.get("message") or "Unschedulable"
+    return None
 
 
 def _after_apply(
@@ -286,6 +377,12 @@ def _keep_last_good(
     if _conflicts(owner, last_good, kube, deployment, has_pod_monitor):
         return deployment, None
     serving = render.with_params(last_good, study.serving_overlay(previous.tuning))
+    if (
+        last_good.scaling.mode == "Capacity"
+        and previous.scaling
+        and previous.scaling.desired_replicas
+    ):
+        serving = serving.model_copy(update={"replicas": previous.scaling.desired_replicas})
     deployment, _, apply_failure, _ = _apply_or_explain(
         owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
     )

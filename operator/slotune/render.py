@@ -110,6 +110,12 @@ def selector_labels(owner: Owner, kind: str = DEFAULT_KIND) -> dict[str, str]:
     }
 
 
+def selector_string(owner: Owner, kind: str = DEFAULT_KIND) -> str:
+    """`selector_labels` as a label selector string: what the scale subresource publishes
+    for an HPA to find the pods."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(owner, kind).items()))
+
+
 def child_labels(owner: Owner, spec: models.LLMDeploymentSpec) -> dict[str, str]:
     return {
         **selector_labels(owner, spec.engine.kind),

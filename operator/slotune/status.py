@@ -20,6 +20,7 @@ from slotune.models import (
     LLMDeploymentSpec,
     LLMDeploymentStatus,
     Phase,
+    ScalingStatus,
     SloStatus,
     TuningStatus,
 )
@@ -93,6 +94,9 @@ class Observation:
     slo: SloStatus | None = None
     gpu: GpuStatus | None = None
     serving_spec: dict[str, Any] | None = None  # the last valid spec, which the children run
+    scaling: ScalingStatus | None = None  # Capacity and External scaling's figures
+    scaling_row: ConditionRow | None = None  # ScalingLimited (Capacity scaling)
+    selector: str | None = None  # the serving pods' label selector, for the scale subresource
 
 
 def merge_condition(
@@ -247,6 +251,8 @@ def compute_status(
                 for row in rows
             ]
         rows += _feature_conditions(serving, observation)
+        if observation.scaling_row is not None:
+            rows.append(observation.scaling_row)
         if phase == Phase.READY and observation.tuning_row and observation.tuning_row[1] == "True":
             phase = Phase.TUNING
         active = ActiveConfig(args=observation.active_args, hash=observation.config_hash)
@@ -282,6 +288,8 @@ def compute_status(
         tuning=tuning,
         gpu=observation.gpu,
         serving_spec=observation.serving_spec,
+        selector=observation.selector,
+        scaling=observation.scaling,
     )
 
 
@@ -301,6 +309,7 @@ _WARNING = {
     (ConditionType.SLO_MET, "False"),
     (ConditionType.GPU_THROTTLED, "True"),
     (ConditionType.METRICS_AVAILABLE, "False"),
+    ("ScalingLimited", "True"),
 }
 
 
@@ -334,14 +343,22 @@ def to_patch(status: LLMDeploymentStatus) -> dict[str, Any]:
 # verdict stays the same they are written at most this often, not on every resync.
 FIGURES_REFRESH = timedelta(minutes=1)
 # Conditions whose messages quote those figures.
-_FIGURE_CONDITIONS = {ConditionType.SLO_MET, ConditionType.GPU_THROTTLED}
+_FIGURE_CONDITIONS = {ConditionType.SLO_MET, ConditionType.GPU_THROTTLED, "ScalingLimited"}
 
 
 def _verdicts(status: LLMDeploymentStatus) -> tuple[Any, ...]:
     """Everything in a status but the live figures."""
     slo, gpu = status.slo, status.gpu
+    # Scaling's demand moves with every read too; its decision (the counts) is a verdict.
+    scaling = status.scaling and status.scaling.model_copy(update={"demand": None, "message": None})
     rest = status.model_copy(
-        update={"slo": None, "gpu": None, "conditions": [], "slo_summary": None}
+        update={
+            "slo": None,
+            "gpu": None,
+            "conditions": [],
+            "slo_summary": None,
+            "scaling": scaling,
+        }
     )
     conditions = [
         (c.type, c.status, c.reason, c.message if c.type not in _FIGURE_CONDITIONS else "")

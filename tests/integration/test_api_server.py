@@ -21,7 +21,14 @@ def test_crd_is_established_with_status_subresource_and_columns(cluster: Cluster
     # A non-structural schema would show NonStructuralSchema=True.
     assert "NonStructuralSchema" not in conditions
     version = crd["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     assert cluster.kubectl("get", "llmd", "-A").returncode == 0
 
 

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from tests.support.specs import llm_spec
 
-from slotune import models, render
+from slotune import metrics, models, render, scaling
 from slotune.opmetrics import OperatorMetrics
 from support.cluster import ROOT
 from support.controlplane import bin_dir_from_env
@@ -262,6 +262,60 @@ def test_promtool_fires_operator_down_when_no_operator_is_up(
                             }
                         ],
                     },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(cases))
+    result = subprocess.run(
+        [str(promtool()), "test", "rules", "tests.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_peak_demand_counts_queued_arrivals_and_holds_for_the_window(tmp_path: Path) -> None:
+    """Capacity scaling's demand, as Prometheus's own engine evaluates it (promtool), on vLLM's
+    series: 1 request/s, then a surge of 4/s that a saturated replica finishes at 2/s while
+    its queue grows by 2/s, then the queue draining. The demand is the arrivals (4/s, not the
+    2/s finished), and it holds at the surge's peak until the window (5 minutes after the
+    1-minute rate) has passed it: replicas up at once, down only after the window."""
+    query = metrics.peak_arrival_rate("5m", metrics.model_selector(model_name="chat",
+                                                                    namespace="llm"))  # fmt: skip
+    labels = 'model_name="chat",namespace="llm"'
+    series = {
+        # 1/s to 10m; 2/s to 16m (the surge, then the drain); 1/s after.
+        f'vllm:request_success_total{{{labels},finished_reason="stop"}}':
+            "0+15x40 630+30x7 870+30x15 1335+15x20",
+        # Empty; +2/s during the surge (10m-12m); -1/s while it drains (to 16m); empty.
+        f"vllm:num_requests_waiting{{{labels}}}": "0x40 30+30x7 225-15x15 0x20",
+        f"vllm:num_requests_running{{{labels}}}": "0x84",
+    }  # fmt: skip
+    per_replica = scaling.Capacity(rate=2.0)
+    timeline = [("9m", 1, 1), ("12m", 4, 3), ("16m", 4, 3), ("17m", 4, 3), ("18m15s", 1, 1)]
+    for _, demand, replicas in timeline:
+        found = scaling.decide(
+            models.ScalingSpec(mode="Capacity"), spec_replicas=1, current=1, demand=demand,
+            capacity=per_replica, headroom=0.1,
+        )  # fmt: skip
+        assert found.replicas == replicas
+    cases = {
+        "rule_files": [],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": query,
+                        "eval_time": at,
+                        "exp_samples": [{"labels": "{}", "value": demand}],
+                    }
+                    for at, demand, _ in timeline
                 ],
             }
         ],

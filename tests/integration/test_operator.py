@@ -690,3 +690,63 @@ def test_log_lines_name_their_object_and_watch_events_are_not_logged(
         if "[ERROR" in line and namespace in line and f"[{namespace}/" not in line
     ]
     assert unnamed == []
+
+
+def test_kubectl_scale_sets_the_replicas_under_external_scaling_never_under_capacity(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """The scale subresource: `kubectl scale` (as an HPA or KEDA does) writes spec.replicas,
+    which External scaling follows; Capacity scaling keeps its own count (here held at
+    minReplicas: no Prometheus answers, so there is no demand to decide from)."""
+    external = llmd("outside", namespace, scaling={"mode": "External"})
+    assert cluster.apply(external).returncode == 0
+    wait_for(
+        "the Deployment",
+        lambda: (
+            (d := cluster.get("deployment", "outside", namespace)) and d["spec"]["replicas"] == 1
+        ),
+    )
+    cluster.kubectl("scale", "llmd", "outside", "-n", namespace, "--replicas", "3")
+    wait_for(
+        "the Deployment scaled to 3",
+        lambda: (
+            (d := cluster.get("deployment", "outside", namespace)) and d["spec"]["replicas"] == 3
+        ),
+    )
+    scale = wait_for(
+        "the scale subresource to report 3 replicas and the pods' selector",
+        lambda: (
+            (
+                s := json.loads(
+                    cluster.kubectl(
+                        "get",
+                        "llmd",
+                        "outside",
+                        "-n",
+                        namespace,
+                        "--subresource=scale",
+                        "-o",
+                        "json",
+                    ).stdout
+                )
+            )
+            and s.get("status", {}).get("replicas") == 3
+            and s
+        ),
+    )
+    assert scale["kind"] == "Scale"
+    assert scale["status"]["selector"] == (
+        "app.kubernetes.io/component=serving,app.kubernetes.io/instance=outside,"
+        "app.kubernetes.io/name=vllm"
+    )
+
+    sized = llmd("sized", namespace, scaling={"mode": "Capacity", "minReplicas": 2,
+                                               "capacityPerReplica": 4.0})  # fmt: skip
+    assert cluster.apply(sized).returncode == 0
+    held = wait_for_reason(cluster, "sized", namespace, "ScalingLimited", "NoDemand")
+    assert held["status"]["scaling"]["desiredReplicas"] == 2
+    cluster.kubectl("scale", "llmd", "sized", "-n", namespace, "--replicas", "5")
+    time.sleep(2 * RESYNC_SECONDS)
+    deployment = cluster.get("deployment", "sized", namespace)
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 2

@@ -79,8 +79,20 @@ def test_committed_crd_matches_the_models() -> None:
 def test_printer_columns_cover_what_on_call_needs() -> None:
     crd = crdgen.crd()
     names = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert names == ["Phase", "Ready", "TTFT-P95", "SLO-Met", "Trials", "Capacity", "Age"]
-    assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
+    assert names == [
+        "Phase", "Ready", "Needed", "Per-Replica", "TTFT-P95", "SLO-Met", "Trials", "Capacity",
+        "Age",
+    ]  # fmt: skip
+    # The scale subresource: `kubectl scale`, HPA and KEDA reach spec.replicas through it, and
+    # an HPA finds the pods by the selector in status.
+    assert crd["spec"]["versions"][0]["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     assert crd["spec"]["names"]["shortNames"] == ["llmd"]
 
 

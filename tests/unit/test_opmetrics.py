@@ -265,3 +265,28 @@ def test_serve_exposes_the_registry_over_http() -> None:
         server.shutdown()
         server.server_close()
     assert 'slotune_llmdeployment_slo_met{name="chat",namespace="prod"} 0.0' in body
+
+
+def test_capacity_scaling_publishes_its_figures_for_an_autoscaler() -> None:
+    """What KEDA or an HPA scales on, and what the dashboard shows beside the replicas: the
+    count slotune set, the count the demand needs, the demand and the capacity per replica."""
+    metrics = OperatorMetrics()
+    scaled = status(
+        replicas=3,
+        readyReplicas=2,
+        scaling={"mode": "Capacity", "desiredReplicas": 3, "neededReplicas": 3, "demand": 21.3,
+                 "capacityPerReplica": 9.8, "capacityLow": 9.4, "capacityHigh": 10.1},
+    )  # fmt: skip
+    metrics.observe("prod", "chat", scaled, SPEC)
+    assert of(metrics, "replicas_desired") == 3  # not spec.replicas (2): scaling's count
+    assert of(metrics, "replicas_ready") == 2
+    assert of(metrics, "replicas_needed") == 3
+    assert of(metrics, "demand_requests_per_second") == 21.3
+    per_replica = "capacity_per_replica_requests_per_second"
+    assert of(metrics, per_replica, bound="estimate") == 9.8
+    assert of(metrics, per_replica, bound="low") == 9.4
+    assert of(metrics, per_replica, bound="high") == 10.1
+    # Fixed scaling publishes none of them.
+    metrics.observe("prod", "chat", status(), SPEC)
+    assert of(metrics, "replicas_needed") is None
+    assert of(metrics, per_replica, bound="estimate") is None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -168,12 +170,14 @@ def run_study(
     api: MemoryApi,
     strategy: str = "Canary",
     max_passes: int = 400,
+    *,
     monitor: Monitor | None = None,
     events: list[str] | None = None,
+    body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Reconciles until the study is over; a Crash aborts one pass, like a killed operator."""
     ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", NAMESPACE, NAME)
-    api.objects[MemoryApi._key(ref)] = deployment(strategy=strategy)
+    api.objects[MemoryApi._key(ref)] = body or deployment(strategy=strategy)
     now = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
     for _ in range(max_passes):
         now += timedelta(seconds=40)
@@ -313,3 +317,45 @@ def test_the_trial_objects_slotune_created_are_known_by_their_uid() -> None:
         if tuning.get("state") in ("Completed", "Recommended", "RolledBack"):
             break
     assert checked > 5
+
+
+@pytest.mark.parametrize(
+    ("apply", "mode", "state", "patched"),
+    [
+        # Recommend: the recommendation's patch carries the replicas beside the engine args.
+        ("Recommend", "Fixed", "Recommended", 2),
+        # Auto with Capacity scaling: the best is promoted and scaling sizes the replicas.
+        ("Auto", "Capacity", "Completed", None),
+        # Auto with Fixed replicas: slotune never writes spec, so serving stays; the patch says.
+        ("Auto", "Fixed", "Completed", 2),
+    ],
+)
+def test_when_no_configuration_carries_the_target_replicas_of_the_best_do(
+    monkeypatch: pytest.MonkeyPatch, apply: str, mode: str, state: str, patched: int | None
+) -> None:
+    """Every configuration carries less than the target (the small budget 0.8 of it, the
+    defaults 0.3): two replicas of the best carry it, and the study's outcome says so."""
+
+    def short(params: dict[str, Any], target_rate: float) -> Measurement:
+        small = params.get("max_num_batched_tokens", 2048) <= 512
+        rate = target_rate * (0.8 if small else 0.3)
+        found = Capacity(capacity=rate, upper=rate * 1.12, target_rate=target_rate,
+                         feasible=False, stopped="bracketed")  # fmt: skip
+        return Measurement(capacity=found, slo_percentiles={"ttft": 1.0}, completed=45)
+
+    monkeypatch.setattr(sys.modules[__name__], "measured", short)
+    body = deployment(apply=apply)
+    body["spec"]["scaling"] = {"mode": mode}
+    api = MemoryApi()
+    events: list[str] = []
+    tuning = run_study(api, body=body, events=events)
+    assert "NoConfigurationMetSLO" in events
+    assert tuning["state"] == state
+    assert "2 replicas (0 GPUs) of trial" in tuning["message"] or mode == "Capacity"
+    recommendation = tuning["recommendation"]
+    assert recommendation["replicas"] == 2
+    assert json.loads(recommendation["patch"])["spec"].get("replicas") == patched
+    kept = tuning["replicaCapacity"]
+    assert kept["trial"] == recommendation["trial"]
+    promoted = (tuning.get("promoted") or {}).get("trial")
+    assert promoted == (recommendation["trial"] if mode == "Capacity" else None)

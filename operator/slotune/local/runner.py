@@ -31,6 +31,7 @@ from slotune.models import LLMDeployment, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
 from slotune.tuner.loop import (
     Progress,
+    Replicas,
     StudyResult,
     Tuner,
     TunerOptions,
@@ -179,10 +180,13 @@ def no_winner(outcome: StudyResult, of_ceiling: Callable[[float], str]) -> str:
     head = "No configuration carries the target with headroom"
     best, confirmed = outcome.best, outcome.confirmed
     if best is not None and confirmed is not None:
-        return (
+        found = (
             f"{head}; the best is #{best.number} ({describe_params(best.params)}): capacity "
             f"{confirmed.describe()} over two measurements{of_ceiling(confirmed.rate)}."
         )
+        if (replicas := outcome.replicas) is not None:
+            found += f"\n{replicas_line(replicas, outcome.target_rate, best)}"
+        return found
     measured = [r for r in outcome.records if r.measurement is not None]
     if not measured:
         return f"{head}; no trial was measured."
@@ -191,6 +195,23 @@ def no_winner(outcome: StudyResult, of_ceiling: Callable[[float], str]) -> str:
         f"{head}; the best measured (not re-measured) is #{top.number} "
         f"({describe_params(top.params)}) at {_capacity_text(top)}."
     )
+
+
+def replicas_line(replicas: Replicas, target: float, best: TrialRecord) -> str:
+    """The recommendation when no configuration carries the target on one replica."""
+    record = replicas.record
+    name = "vLLM's defaults" if record.label == "vllm-defaults" else f"#{record.number}"
+    line = (
+        f"Recommendation: {replicas.count} replicas of {name} ({describe_params(record.params)})"
+        f" carry the target {target:.3g} req/s ({replicas.count} x "
+        f"{replicas.capacity.rate:.3g} req/s)"
+    )
+    if record.number != best.number:
+        line += (
+            f"; as few replicas of the best, #{best.number}, carry it too, and at equal GPUs "
+            "the fewer overrides win"
+        )
+    return line + ". With scaling.mode: Capacity, slotune sizes the replicas to the live demand."
 
 
 def _show(line: str) -> None:

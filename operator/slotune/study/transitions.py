@@ -30,10 +30,12 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from slotune import models, render
+from slotune.measure.capacity import Capacity
 from slotune.models import (
     ConditionType,
     CurrentTrial,
     LLMDeploymentSpec,
+    ReplicaCapacity,
     TunedConfig,
     TuningState,
     TuningStatus,
@@ -715,16 +717,10 @@ class StudyStep:
             else None
         )
         tuning.versus_defaults = found.describe() if found is not None else None
+        if winner is not None and finished.confirmed is not None:
+            tuning.replica_capacity = self._replica_capacity(tuning, winner, finished.confirmed)
         if winner is None:
-            tuning.state = TuningState.COMPLETED
-            tuning.message = f"no configuration met the SLO in {done}; serving is unchanged"
-            if finished.best is not None and finished.confirmed is not None:
-                tuning.message += (
-                    f"; the best, trial {finished.best.number} ({_describe(finished.best.params)})"
-                    f", carries {finished.confirmed.describe()}"
-                )
-            self.events.append(Event("Warning", "NoConfigurationMetSLO", tuning.message))
-            return self._result(tuning)
+            return self._no_winner(tuning, finished, done)
         if self.spec.tuning.apply == "Recommend":
             tuning.state = TuningState.RECOMMENDED
             tuning.recommendation = trials.recommendation(self.spec, winner, self.now)
@@ -735,6 +731,56 @@ class StudyStep:
             self.events.append(Event("Normal", "Recommended", tuning.message))
             return self._result(tuning)
         return self._promote(tuning, winner, done=done)
+
+    def _no_winner(self, tuning: TuningStatus, finished: Finished, done: str) -> Decision:
+        """No configuration carries the target on one replica. When the best one was
+        re-measured, N replicas of it do: Recommend says so with a patch; Auto promotes it when
+        Capacity scaling sizes the replicas; otherwise serving stays as it is."""
+        tuning.state = TuningState.COMPLETED
+        tuning.message = f"no configuration met the SLO on one replica in {done}"
+        replicas = finished.replicas
+        if replicas is None or finished.best is None or finished.confirmed is None:
+            tuning.message += "; serving is unchanged"
+            self.events.append(Event("Warning", "NoConfigurationMetSLO", tuning.message))
+            return self._result(tuning)
+        best = replicas.record
+        tuning.replica_capacity = self._replica_capacity(tuning, best, replicas.capacity)
+        gpus = replicas.count * self.spec.resources.gpus
+        tuning.message += (
+            f"; the most any carries is {finished.confirmed.describe()} (trial "
+            f"{finished.best.number}); {replicas.count} replicas ({gpus} GPUs) of trial "
+            f"{best.number} ({_describe(best.params)}, {replicas.capacity.rate:.3g} req/s each) "
+            f"carry {tuning.target_rate or 0:.3g} req/s"
+        )
+        tuning.recommendation = trials.recommendation(
+            self.spec, best, self.now, replicas=replicas.count
+        )
+        if self.spec.tuning.apply == "Auto" and self.spec.scaling.mode == "Capacity":
+            self.events.append(Event("Warning", "NoConfigurationMetSLO", tuning.message))
+            return self._promote(tuning, best, done=done)
+        if self.spec.tuning.apply == "Recommend":
+            tuning.state = TuningState.RECOMMENDED
+            tuning.message += "; apply the patch in status.tuning.recommendation"
+        else:
+            tuning.message += (
+                "; serving is unchanged: set scaling.mode: Capacity to let slotune size the "
+                "replicas, or apply the patch in status.tuning.recommendation"
+            )
+        self.events.append(Event("Warning", "NoConfigurationMetSLO", tuning.message))
+        return self._result(tuning)
+
+    def _replica_capacity(
+        self, tuning: TuningStatus, record: TrialRecord, confirmed: Capacity
+    ) -> ReplicaCapacity:
+        low, high = confirmed.interval
+        return ReplicaCapacity(
+            hash=render.config_hash(self.owner, render.with_params(self.spec, record.params)),
+            trial=record.number,
+            study=tuning.study,
+            rate=round(confirmed.rate, 4),
+            low=round(low, 4),
+            high=round(high, 4) if high is not None else None,
+        )
 
     def _promote(self, tuning: TuningStatus, winner: TrialRecord, *, done: str = "") -> Decision:
         serving_now = render.config_hash(

@@ -300,24 +300,30 @@ def summarize(records: list[TrialRecord], tuning: models.TuningStatus) -> models
 
 
 def recommendation(
-    spec: models.LLMDeploymentSpec, winner: TrialRecord, now: datetime
+    spec: models.LLMDeploymentSpec,
+    winner: TrialRecord,
+    now: datetime,
+    *,
+    replicas: int | None = None,
 ) -> dict[str, Any]:
-    """The winner, and a ready-to-commit patch of the spec that would make it permanent."""
+    """The winner, and a ready-to-commit patch of the spec that would make it permanent. With
+    `replicas` (no configuration carries the target on one replica), the count that does; the
+    patch sets `spec.replicas` when scaling is Fixed (Capacity scaling sizes the count itself,
+    and under External the autoscaler does)."""
     args = models.EngineArgs.model_validate(winner.params)
+    engine_args = args.model_dump(mode="json", by_alias=True, exclude_none=True)
     measured = winner.measurement.model_dump(exclude_none=True) if winner.measurement else {}
-    return {
+    patch: dict[str, Any] = {"engine": {"args": engine_args}}
+    if replicas is not None and spec.scaling.mode == "Fixed":
+        patch["replicas"] = replicas
+    found: dict[str, Any] = {
         "trial": winner.number,
         "at": now.isoformat(),
-        "engineArgs": args.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "engineArgs": engine_args,
         "measured": measured,
-        "patch": json.dumps(
-            {
-                "spec": {
-                    "engine": {
-                        "args": args.model_dump(mode="json", by_alias=True, exclude_none=True)
-                    }
-                }
-            }
-        ),
+        "patch": json.dumps({"spec": patch}),
         "baselineArgs": spec.engine.args.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
+    if replicas is not None:
+        found["replicas"] = replicas
+    return found

@@ -14,6 +14,7 @@ whose intervals overlap, the one closest to vLLM's defaults.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -115,6 +116,35 @@ class Finished:
     stopped_because: str
     confirmed: Capacity | None = None
     best: TrialRecord | None = None
+    replicas: Replicas | None = None  # with no winner: the fewest replicas that carry the target
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """`count` replicas of `record`'s configuration, whose re-measured capacity is `capacity`,
+    carry the target together."""
+
+    record: TrialRecord
+    capacity: Capacity
+    count: int
+
+
+def fewest_replicas(
+    candidates: list[tuple[Capacity, TrialRecord]], target: float, defaults: dict[str, Any]
+) -> Replicas | None:
+    """The cheapest way to carry `target` with re-measured configurations that each carry
+    less: the fewest replicas (GPUs: every replica takes the spec's), then the fewest overrides
+    of vLLM's defaults, then the highest capacity."""
+    found = [
+        Replicas(record, capacity, math.ceil(target / capacity.rate - 1e-9))
+        for capacity, record in candidates
+        if capacity.rate > 0 and target > 0
+    ]
+    return min(
+        found,
+        key=lambda r: (r.count, overrides(r.record.params, defaults), -r.capacity.rate),
+        default=None,
+    )
 
 
 @dataclass
@@ -139,6 +169,7 @@ class StudyResult:
     ceiling: Ceiling | None = None
     confirmed: Capacity | None = None  # the winner's (or, with none, the best's) capacity
     best: TrialRecord | None = None  # with no winner: the configuration that carries the most
+    replicas: Replicas | None = None  # with no winner: the fewest replicas that carry the target
 
 
 def _score(objective: str, measurement: Measurement, bounds: dict[str, float]) -> float:
@@ -512,7 +543,15 @@ class Planner:
             if not shortfall:
                 return Finished(winner=None, stopped_because=stopped)
             carried, most = max(shortfall, key=lambda pair: pair[0].rate)
-            return Finished(winner=None, stopped_because=stopped, confirmed=carried, best=most)
+            return Finished(
+                winner=None,
+                stopped_because=stopped,
+                confirmed=carried,
+                best=most,
+                replicas=fewest_replicas(
+                    shortfall, self._measured_target(), self.platform.defaults
+                ),
+            )
         best, _ = max(confirmed, key=lambda pair: pair[0].rate)
         tied = [pair for pair in confirmed if versus(best, pair[0]).verdict != Difference.BETTER]
         defaults = self.platform.defaults
@@ -614,6 +653,7 @@ class Tuner(Planner):
             ceiling=self.ceiling,
             confirmed=planned.confirmed,
             best=planned.best,
+            replicas=planned.replicas,
         )
 
 

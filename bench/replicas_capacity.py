@@ -1,0 +1,173 @@
+"""Benchmark: what a second replica adds on this machine, on the real vLLM CPU engine.
+
+Capacity scaling divides the demand by one replica's capacity; that holds only where replicas
+add up. On a GPU each replica has its own. On this machine two engines share the CPU cores, so
+whether two replicas carry twice one replica's capacity depends on the configuration: one that
+serves one request at a time (`max-num-seqs 1`) leaves cores idle between its steps, one that
+batches fills them.
+
+1. One engine of the configuration: its capacity under the workload and SLO (the capacity
+   search a study runs, `CapacityMeasure`, precise).
+2. At rates of `--multiples` of that capacity, the same Poisson arrivals (one seed per rate)
+   sent to one replica, then split between two (each request to the replica with fewer in
+   flight, as a load balancer would): TTFT p95 and the share of requests within the SLO, for
+   each. The rates are interleaved, one replica then two, each after a pause.
+
+    PYTHONPATH=operator .venv/bin/python bench/replicas_capacity.py
+
+Writes bench/results/replicas-capacity.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tuner_comparison import MODEL, ROOT, vllm_python
+
+from slotune.local.process import LocalRuntime, cpu_dtype
+from slotune.measure import loadgen
+from slotune.measure.capacity import MeasureRequest
+from slotune.measure.probe import CapacityMeasure, measure_ceiling
+from slotune.models import EngineArgs, LLMDeploymentSpec
+from slotune.runtime import EngineConfig
+from slotune.stats import percentile
+
+SERIAL = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
+PROMPT, OUTPUT = 512, 32
+SLO_TTFT = 2.0
+
+
+def spec(rate: float) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny"},
+            "slo": {"ttft": {"percentile": 95, "maxSeconds": SLO_TTFT}},
+            "tuning": {
+                "workload": {
+                    "source": "Synthetic",
+                    "promptTokens": {"mean": PROMPT, "spread": 0.1},
+                    "outputTokens": {"mean": OUTPUT},
+                    "requestRate": rate,
+                    "duration": "10s",
+                }
+            },
+        }
+    )
+
+
+def config(params: dict[str, Any]) -> EngineConfig:
+    return EngineConfig(
+        model=str(MODEL),
+        served_name="tiny",
+        args=EngineArgs.model_validate({"maxModelLen": 4096, **params}),
+        extra_args=("--skip-tokenizer-init", "--dtype", cpu_dtype()),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
+    )
+
+
+async def split(urls: list[str], rate: float, seconds: float, seed: int) -> list[Any]:
+    """Poisson arrivals at `rate` for `seconds`, each sent to the URL with fewest in flight."""
+    workload = loadgen.Workload(
+        num_requests=round(rate * seconds), seed=seed, rate=rate, prompt_tokens=PROMPT,
+        prompt_spread=0.1, output_tokens=OUTPUT, warmup_requests=0,
+    )  # fmt: skip
+    plans = loadgen.plan_requests(workload)
+    arrivals = loadgen.arrival_times(workload, len(plans))
+    clock = time.perf_counter
+    flights: list[dict[int, Any]] = [{} for _ in urls]
+    async with contextlib_stack(urls, flights, clock) as senders:
+        start = clock()
+        tasks = []
+        for plan, arrival in zip(plans, arrivals, strict=True):
+            delay = start + arrival - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            index = min(range(len(urls)), key=lambda i: len(flights[i]))
+            tasks.append(asyncio.create_task(senders[index](plan, start, arrival)))
+        return list(await asyncio.gather(*tasks))
+
+
+class contextlib_stack:  # noqa: N801 - used as a context manager, like contextlib's
+    """One `loadgen.sender` per URL, entered together."""
+
+    def __init__(self, urls: list[str], flights: list[dict[int, Any]], clock: Any) -> None:
+        self.managers = [
+            loadgen.sender(u, "tiny", timeout_s=300, clock=clock, in_flight=f)
+            for u, f in zip(urls, flights, strict=True)
+        ]
+
+    async def __aenter__(self) -> list[Any]:
+        return [await m.__aenter__() for m in self.managers]
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for m in reversed(self.managers):
+            await m.__aexit__(*exc)
+
+
+def judged(results: list[Any], skip_s: float) -> dict[str, Any]:
+    """TTFT p95 and the share within the SLO, after the first `skip_s` seconds (warm-up)."""
+    kept = [r for r in results if r.scheduled_at >= skip_s]
+    ttfts = [r.ttft if r.ttft is not None and r.error is None else float("inf") for r in kept]
+    within = sum(1 for t in ttfts if t <= SLO_TTFT)
+    return {
+        "requests": len(kept),
+        "ttft_p95": percentile(ttfts, 95) if ttfts else None,
+        "within": within / len(kept) if kept else None,
+        "errors": sum(1 for r in kept if r.error),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--multiples", default="1.4,1.8")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/replicas-capacity.json")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="replicas-capacity-"))
+    runtime = LocalRuntime(vllm_python(), work, dummy_weights=True)
+    found: dict[str, Any] = {"config": SERIAL, "prompt": PROMPT, "output": OUTPUT,
+                             "slo_ttft_p95": SLO_TTFT, "rates": []}  # fmt: skip
+    first = runtime.start(config(SERIAL), timeout=300)
+    second = None
+    try:
+        measure = CapacityMeasure(spec(1.0), "tiny", log=lambda line: print("  " + line))
+        ceiling = asyncio.run(measure_ceiling(first.base_url, "tiny", spec(1.0).tuning.workload))
+        request = MeasureRequest(
+            seed=7, target_rate=ceiling.prefill_rate / 5, ceiling=ceiling, precise=True
+        )
+        one = measure(first.base_url, request).capacity
+        if one is None:
+            raise SystemExit("the capacity search measured nothing")
+        print(f"one replica: capacity {one.describe()}", flush=True)
+        found["one_replica"] = {"rate": one.rate, "low": one.low, "high": one.high}
+        second = runtime.start(config(SERIAL), timeout=300)
+        for n, multiple in enumerate(float(m) for m in args.multiples.split(",")):
+            rate = round(multiple * one.rate, 3)
+            row: dict[str, Any] = {"multiple": multiple, "rate": rate}
+            for name, urls in (
+                ("one", [first.base_url]),
+                ("two", [first.base_url, second.base_url]),
+            ):
+                time.sleep(10)  # the queue of the previous run drains
+                results = asyncio.run(split(urls, rate, args.seconds, seed=100 + n))
+                row[name] = judged(results, skip_s=10.0)
+                print(f"  {multiple:g}x ({rate} req/s) on {name}: {row[name]}", flush=True)
+            found["rates"].append(row)
+            args.out.write_text(json.dumps(found, indent=2) + "\n")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    print(f"Wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
