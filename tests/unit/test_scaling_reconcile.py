@@ -48,7 +48,7 @@ def llmd(scaling: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
 
 def deployment_ready(api: MemoryApi) -> None:
     """The Deployment controller and kubelet: every replica ready."""
-    obj = api.get(DEPLOYMENT)
+    obj = api.objects.get(MemoryApi._key(DEPLOYMENT))
     if obj is None:
         return
     replicas = obj["spec"]["replicas"]
@@ -165,7 +165,7 @@ def test_an_unschedulable_replica_stops_the_scale_up_and_says_what_it_needs() ->
     api = MemoryApi()
     api.objects[MemoryApi._key(REF)] = llmd(CAPACITY)
     reconcile(api.get(REF) or {}, api, T0, monitor=lambda *_: Watch(demand=2.5))
-    found = api.get(DEPLOYMENT) or {}
+    found = api.objects[MemoryApi._key(DEPLOYMENT)]
     assert found["spec"]["replicas"] == 2
     # One replica runs; the second waits for a GPU that no node has free.
     found["status"] = {"observedGeneration": found["metadata"]["generation"], "replicas": 2,

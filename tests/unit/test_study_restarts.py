@@ -359,3 +359,16 @@ def test_when_no_configuration_carries_the_target_replicas_of_the_best_do(
     assert kept["trial"] == recommendation["trial"]
     promoted = (tuning.get("promoted") or {}).get("trial")
     assert promoted == (recommendation["trial"] if mode == "Capacity" else None)
+    if apply == "Recommend":
+        # Switched to Auto: one replica of the best would not carry the target, and slotune
+        # never writes spec.replicas, so nothing is promoted under Fixed scaling.
+        ref = Ref("slotune.dev/v1alpha1", "LLMDeployment", NAMESPACE, NAME)
+        obj = api.get(ref) or {}
+        obj["spec"]["tuning"]["apply"] = "Auto"
+        api.objects[MemoryApi._key(ref)] = obj
+        now = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+        for n in range(5):
+            reconcile(api.get(ref) or {}, api, now + timedelta(seconds=40 * n))
+            world_step(api)
+        after = (api.get(ref) or {})["status"]["tuning"]
+        assert (after["state"], after.get("promoted")) == ("Recommended", None)

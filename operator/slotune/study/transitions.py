@@ -340,7 +340,9 @@ class StudyStep:
             chosen = next(
                 (r for r in winner if r.number == tuning.recommendation.get("trial")), None
             )
-            if chosen is not None:
+            # A recommendation of several replicas is whole only where slotune sizes them.
+            whole = "replicas" not in tuning.recommendation or self.spec.scaling.mode == "Capacity"
+            if chosen is not None and whole:
                 return self._promote(tuning, chosen)
         if live.retune is not None:
             wanted = tuning.spec_hash or trials.spec_hash(self.spec)
