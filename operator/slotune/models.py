@@ -651,6 +651,9 @@ class MonitoringSpec(ApiModel):
     )
 
 
+MIN_REPLICAS, MAX_REPLICAS = 1, 10
+
+
 class ScalingSpec(ApiModel):
     """How many serving replicas run: `spec.replicas` as written, as many as the measured
     capacity needs, or as an external autoscaler sets them through the scale subresource."""
@@ -658,8 +661,10 @@ class ScalingSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                # The schema carries no defaults: an unset bound is its default here.
                 cel(
-                    "self.minReplicas <= self.maxReplicas",
+                    f"(has(self.minReplicas) ? self.minReplicas : {MIN_REPLICAS}) <= "
+                    f"(has(self.maxReplicas) ? self.maxReplicas : {MAX_REPLICAS})",
                     "minReplicas must not exceed maxReplicas",
                 )
             ]
@@ -674,8 +679,8 @@ class ScalingSpec(ApiModel):
         "measured capacity. External: an HPA or KEDA sets spec.replicas through the scale "
         "subresource; slotune publishes the figures and never changes the count.",
     )
-    min_replicas: int = Field(default=1, ge=1, le=1000)
-    max_replicas: int = Field(default=10, ge=1, le=1000)
+    min_replicas: int = Field(default=MIN_REPLICAS, ge=1, le=1000)
+    max_replicas: int = Field(default=MAX_REPLICAS, ge=1, le=1000)
     stabilization_window: Duration = Field(
         default="5m",
         description="Capacity: the demand is the peak over this window, so the replicas go "

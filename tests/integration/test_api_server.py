@@ -77,6 +77,13 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
         ({"engine": {"args": {"kvCacheDtype": "int4"}}}, 'Unsupported value: "int4"'),
         ({"replicas": -1}, "spec.replicas: Invalid value: -1"),
         (
+            {"scaling": {"mode": "Capacity", "minReplicas": 5, "maxReplicas": 2}},
+            "minReplicas must not exceed maxReplicas",
+        ),
+        # An unset bound is its default (maxReplicas 10) on the server too.
+        ({"scaling": {"minReplicas": 20}}, "minReplicas must not exceed maxReplicas"),
+        ({"scaling": {"mode": "Auto"}}, 'Unsupported value: "Auto"'),
+        (
             {"engine": {"chunkedPrefillSize": 4096}},
             'unknown field "spec.engine.chunkedPrefillSize"',
         ),
