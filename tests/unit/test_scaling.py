@@ -10,7 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from slotune import scaling
+from slotune.measure.capacity import Capacity as Measured
 from slotune.models import ReplicaCapacity, ScalingSpec, TuningState, TuningStatus
+from slotune.tuner.loop import fewest_replicas
+from slotune.tuner.records import TrialRecord, TrialState
 from support.specs import llm_spec, tuning
 
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
@@ -209,3 +212,31 @@ def test_status_and_condition_of_a_decision() -> None:
     assert scaling.outcome(fixed, same, demand=None, capacity=None, previous=None, now=NOW) == (
         scaling.Outcome(1, None, None)
     )
+
+
+def test_the_fewest_replicas_then_the_fewest_overrides_carry_the_target() -> None:
+    """The H200 study's end (bench/gpu/results/h200-capacity-recommendation.txt): vLLM's
+    defaults carry 14 req/s and #4 15.7 against a 17.6 target. Two replicas of either carry it,
+    and at equal GPUs the one with fewer overrides wins; a third configuration that needs
+    three replicas never does."""
+    defaults = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+
+    def candidate(number: int, rate: float, **params: int) -> tuple[Measured, TrialRecord]:
+        found = Measured(capacity=rate, upper=rate * 1.12, target_rate=17.6, feasible=False,
+                         stopped="bracketed")  # fmt: skip
+        record = TrialRecord(number=number, params={**defaults, **params},
+                             state=TrialState.MEASURED)  # fmt: skip
+        return found, record
+
+    h200 = [
+        candidate(0, 14.0),
+        candidate(4, 15.7, max_num_batched_tokens=12940, max_num_seqs=82),
+        candidate(2, 6.98, max_num_batched_tokens=512, max_num_seqs=147),
+    ]
+    chosen = fewest_replicas(h200, 17.6, defaults)
+    assert chosen is not None
+    assert (chosen.record.number, chosen.count) == (0, 2)
+    # A configuration that alone needs fewer replicas wins whatever its overrides.
+    wider = [*h200, candidate(7, 9.0, max_num_seqs=64)]
+    assert fewest_replicas(wider, 30.0, defaults).record.number == 4  # type: ignore[union-attr]
+    assert fewest_replicas([], 17.6, defaults) is None

@@ -1,0 +1,285 @@
+"""Benchmark: Capacity scaling in the test cluster, under live traffic, as a user runs it.
+
+Real parts: upstream kube-apiserver, etcd and kube-controller-manager (its ReplicaSet,
+endpoint-slice and garbage-collector controllers), the operator installed by `helm install` of
+the chart (its pod a container of the operator image under podman and runc: the operator's own
+process), the vLLM CPU engine, Prometheus scraping it. The test kubelet (tests/support) runs
+the pods. Users send open-loop Poisson traffic to the Service's ready endpoints (as the
+EndpointSlices list them: there is no kube-proxy here).
+
+1. One replica's capacity (`--capacity`, or measured first: the capacity search of a study,
+   on one engine of the configuration beside the control plane).
+2. An LLMDeployment with `scaling.mode: Capacity`, that capacity per replica
+   (`capacityPerReplica`), one replica to start.
+3. Users at `--surge` times that capacity for `--surge-seconds`, then `--quiet` times it.
+4. Every second: the Deployment's replicas (asked, ready), SLOMet, the demand in status.
+
+It prints and writes (bench/results/scaling-in-cluster.json): when the operator scaled out and
+in, with the Events' figures; how long the live SLO was missed (SLOMet False) during the
+surge; the users' attainment (share of requests within the TTFT bound) before the second
+replica was ready and after; and how long after the drop the count came down, against the
+stabilization window.
+
+    PYTHONPATH=tests:operator:bench .venv/bin/python bench/scaling_in_cluster.py
+
+The machine's cores are shared by every replica here (on a GPU node each replica has its own):
+`bench/replicas_capacity.py` measures what a second replica adds on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from slotune.local.process import LocalRuntime, cpu_dtype
+from slotune.measure.capacity import MeasureRequest
+from slotune.measure.probe import CapacityMeasure, measure_ceiling
+from slotune.models import EngineArgs, LLMDeploymentSpec
+from slotune.runtime import EngineConfig
+from support.cluster import Cluster, OperatorPod, wait_for
+from support.controlplane import ControlPlane, bin_dir_from_env
+from support.engine import TINY_MODEL, vllm_python
+from support.image import kubelet_image, operator_image
+from support.kubelet import Kubelet, operator_commands
+from support.prometheus import PrometheusServer, prometheus_binary
+from support.users import Users
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "scaling"
+NAME = "chat"
+SERIAL = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
+"""One request at a time: a replica that leaves cores idle, so that a second adds capacity on
+a machine whose cores the replicas share."""
+PROMPT, OUTPUT = 512, 32
+TTFT = 2.0
+HEADROOM = 0.1
+
+
+def shape(rate: float) -> dict[str, Any]:
+    return {
+        "source": "Synthetic",
+        "promptTokens": {"mean": PROMPT, "spread": 0.1},
+        "outputTokens": {"mean": OUTPUT},
+        "requestRate": rate,
+        "duration": "10s",
+    }
+
+
+def measure_one_replica(work: Path) -> float:
+    """The capacity of one engine of SERIAL under the workload and SLO (a study's search)."""
+    runtime = LocalRuntime(vllm_python(), work, dummy_weights=True)
+    config = EngineConfig(
+        model=str(TINY_MODEL),
+        served_name="calibration",
+        args=EngineArgs.model_validate({"maxModelLen": 4096, **SERIAL}),
+        extra_args=("--skip-tokenizer-init", "--dtype", cpu_dtype()),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
+    )
+    spec = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "calibration"},
+            "slo": {"ttft": {"percentile": 95, "maxSeconds": TTFT}},
+            "tuning": {"workload": shape(1.0)},
+        }
+    )
+    engine = runtime.start(config, timeout=400)
+    try:
+        measure = CapacityMeasure(spec, "calibration", log=lambda line: print("  " + line))
+        ceiling = asyncio.run(measure_ceiling(engine.base_url, "calibration", spec.tuning.workload))
+        request = MeasureRequest(
+            seed=7, target_rate=ceiling.prefill_rate / 5, ceiling=ceiling, precise=True
+        )
+        found = measure(engine.base_url, request).capacity
+    finally:
+        engine.stop()
+    if found is None or found.rate <= 0:
+        raise SystemExit("the capacity search measured nothing")
+    print(f"one replica of {SERIAL}: capacity {found.describe()}", flush=True)
+    return round(found.rate, 3)
+
+
+def deployment(capacity: float, window: int, stabilization: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "slotune.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": str(TINY_MODEL), "servedName": NAME,
+                      "source": {"randomWeights": {}}},
+            "engine": {
+                "image": "vllm/vllm-openai:v0.32.0",
+                "attentionBackend": "CPU_ATTN",
+                "args": {"maxModelLen": 4096, **SERIAL},
+                "extraArgs": ["--skip-tokenizer-init", "--dtype", cpu_dtype()],
+                "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
+            },
+            "resources": {"gpus": 0},
+            "slo": {"ttft": {"percentile": 95, "maxSeconds": TTFT}, "window": f"{window}s"},
+            "tuning": {"headroom": HEADROOM},
+            "scaling": {
+                "mode": "Capacity", "minReplicas": 1, "maxReplicas": 3,
+                "stabilizationWindow": f"{stabilization}s", "capacityPerReplica": capacity,
+            },
+        },
+    }  # fmt: skip
+
+
+class Timeline:
+    """Every second: (seconds since `start`, replicas asked, ready, SLOMet, demand)."""
+
+    def __init__(self, cluster: Cluster, start: float) -> None:
+        self.cluster, self.start = cluster, start
+        self.rows: list[tuple[float, int, int, str, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            dep = self.cluster.get("deployment", NAME, NAMESPACE) or {}
+            obj = self.cluster.get("llmd", NAME, NAMESPACE) or {}
+            status = obj.get("status") or {}
+            slo = next(
+                (c["status"] for c in status.get("conditions", []) if c["type"] == "SLOMet"), "-"
+            )
+            self.rows.append((
+                round(time.monotonic() - self.start, 1),
+                (dep.get("spec") or {}).get("replicas", 0),
+                (dep.get("status") or {}).get("readyReplicas", 0),
+                slo,
+                (status.get("scaling") or {}).get("demand"),
+            ))  # fmt: skip
+            self._stop.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def first(self, predicate: Any, after: float = 0.0) -> float | None:
+        return next((r[0] for r in self.rows if r[0] >= after and predicate(r)), None)
+
+
+def attainment(sent: list[Any], start: float, end: float) -> dict[str, Any]:
+    kept = [s for s in sent if start <= s.at < end]
+    within = sum(1 for s in kept if s.within(TTFT))
+    return {"from": round(start, 1), "to": round(end, 1), "requests": len(kept),
+            "within": round(within / len(kept), 4) if kept else None}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capacity", type=float, help="one replica's (default: measured)")
+    parser.add_argument("--surge", type=float, default=1.8)
+    parser.add_argument("--quiet", type=float, default=0.3)
+    parser.add_argument("--surge-seconds", type=float, default=300)
+    parser.add_argument("--quiet-seconds", type=float, default=240)
+    parser.add_argument("--stabilization", type=int, default=60)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling-in-cluster.json")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="scaling-in-cluster-"))
+    bin_dir = bin_dir_from_env()
+    found: dict[str, Any] = {"config": SERIAL, "prompt": PROMPT, "output": OUTPUT,
+                             "ttft_p95": TTFT, "headroom": HEADROOM}  # fmt: skip
+    with ControlPlane(bin_dir, work / "plane") as plane:
+        cluster = Cluster(plane, bin_dir)
+        cluster.install_crd()
+        node = Kubelet(
+            cluster.kubeconfig, work / "kubelet", operator_commands(vllm_python()),
+            images=[kubelet_image()],
+        )  # fmt: skip
+        with (
+            node,
+            PrometheusServer(
+                prometheus_binary(install=True),
+                work / "prometheus",
+                file_sd=node.file_sd,
+                job="pods",
+            ) as prometheus,
+        ):
+            capacity = args.capacity or measure_one_replica(work / "calibration")
+            found["capacity_per_replica"] = capacity
+            surge, quiet = args.surge * capacity, args.quiet * capacity
+            # The SLO window holds 150 requests at the surge's rate (a p95 verdict needs 73).
+            window = max(30, math.ceil(150 / surge))
+            found.update(
+                surge_rate=round(surge, 3),
+                quiet_rate=round(quiet, 3),
+                slo_window_s=window,
+                stabilization_s=args.stabilization,
+            )
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            repository, tag = operator_image().removeprefix("docker.io/").rsplit(":", 1)
+            operator = OperatorPod(
+                cluster, node, work, release="slotune", namespace="slotune-system",
+                values={"image": {"repository": repository, "tag": tag},
+                        "prometheusURL": prometheus.url,
+                        "extraEnv": [{"name": "SLOTUNE_RESYNC_SECONDS", "value": "3"}]},
+            )  # fmt: skip
+            operator.install()
+            cluster.apply(deployment(capacity, window, args.stabilization))
+            wait_for(
+                "one ready replica",
+                lambda: (
+                    ((cluster.get("deployment", NAME, NAMESPACE) or {}).get("status") or {}).get(
+                        "readyReplicas"
+                    )
+                    == 1
+                ),
+                400,
+            )
+            start = time.monotonic()
+            timeline = Timeline(cluster, start)
+            users = Users(
+                cluster, NAMESPACE, NAME,
+                [(surge, args.surge_seconds), (quiet, args.quiet_seconds)],
+                prompt=PROMPT, output=OUTPUT, seed=21,
+            )  # fmt: skip
+            users.wait(timeout=args.surge_seconds + args.quiet_seconds + 900)
+            time.sleep(5)
+            timeline.stop()
+            events = cluster.kubectl(
+                "get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={NAME}",
+                "-o", "jsonpath={range .items[*]}{.reason}{'\\t'}{.message}{'\\n'}{end}",
+            ).stdout  # fmt: skip
+            print(cluster.kubectl("get", "llmd", "-n", NAMESPACE).stdout)
+            operator.uninstall()
+
+    rows = timeline.rows
+    drop = args.surge_seconds
+    out_at = timeline.first(lambda r: r[1] >= 2)
+    ready_at = timeline.first(lambda r: r[2] >= 2)
+    met_at = timeline.first(lambda r: r[3] == "True", after=ready_at or 0)
+    missed_at = timeline.first(lambda r: r[3] == "False")
+    in_at = timeline.first(lambda r: r[1] <= 1, after=drop)
+    sent = users.results
+    found.update({
+        "scaled_out_at_s": out_at, "second_replica_ready_at_s": ready_at,
+        "slo_missed_from_s": missed_at, "slo_met_again_at_s": met_at,
+        "slo_missed_for_s": round(met_at - missed_at, 1) if met_at and missed_at else None,
+        "scaled_in_at_s": in_at,
+        "scaled_in_after_drop_s": round(in_at - drop, 1) if in_at is not None else None,
+        "before": attainment(sent, 0, ready_at or drop),
+        "after": attainment(sent, (ready_at or drop) + window, drop),
+        "quiet": attainment(sent, drop, drop + args.quiet_seconds),
+        "most_replicas": max((r[1] for r in rows), default=0),
+        "events": [line for line in events.splitlines() if line.startswith("Scaled")],
+        "timeline": rows,
+    })  # fmt: skip
+    args.out.write_text(json.dumps(found, indent=1) + "\n")
+    for key, value in found.items():
+        if key != "timeline":
+            print(f"{key}: {value}")
+    print(f"Wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
