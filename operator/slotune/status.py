@@ -135,8 +135,17 @@ def _serving_conditions(
     """Ready, Progressing and Degraded for a valid spec, from the Deployment's status."""
     desired = spec.replicas
     ready_count = dep.ready if dep.exists else 0
-    ready = dep.exists and dep.ready >= desired and dep.generation_observed
+    all_ready = dep.exists and dep.ready >= desired and dep.generation_observed
     rolled = dep.exists and dep.updated >= desired and dep.generation_observed
+    # An autoscaled deployment adding replicas still serves on those it had: it stays Ready
+    # while every ready pod runs the current template, and Progressing says it scales out.
+    scaling_out = (
+        spec.scaling.mode != "Fixed"
+        and not all_ready
+        and dep.generation_observed
+        and 0 < dep.ready <= dep.updated
+    )
+    ready = all_ready or scaling_out
     rows: list[ConditionRow] = [
         (
             ConditionType.READY,
@@ -145,7 +154,14 @@ def _serving_conditions(
             f"{ready_count} of {desired} replicas ready",
         ),
         (ConditionType.PROGRESSING, "False", "RolloutComplete", "configuration is live")
-        if ready and rolled
+        if all_ready and rolled
+        else (
+            ConditionType.PROGRESSING,
+            "True",
+            "ScalingOut",
+            f"{ready_count} of {desired} replicas ready; adding the rest",
+        )
+        if scaling_out
         else (
             ConditionType.PROGRESSING,
             "True",

@@ -190,3 +190,31 @@ def test_an_unschedulable_replica_stops_the_scale_up_and_says_what_it_needs() ->
     assert (limited["status"], limited["reason"]) == ("True", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in limited["message"]
     assert "of the 5 needed" in limited["message"]
+
+
+@pytest.mark.parametrize(("mode", "ready", "progressing"), [
+    ("Capacity", "True", "ScalingOut"),
+    ("External", "True", "ScalingOut"),
+    ("Fixed", "False", "RollingOut"),
+])  # fmt: skip
+def test_an_autoscaled_deployment_stays_ready_while_it_adds_replicas(
+    mode: str, ready: str, progressing: str
+) -> None:
+    """One of three replicas ready, all on the current template: an autoscaled deployment
+    serves on the one it had while the others start (Ready, Progressing ScalingOut); under
+    Fixed scaling the user asked for three, and Ready waits for them."""
+    api = MemoryApi()
+    api.objects[MemoryApi._key(REF)] = llmd({"mode": mode, "capacityPerReplica": 2.0}, 3)
+    monitor = lambda *_: Watch(demand=4.0)  # noqa: E731 - three replicas' worth
+    reconcile(api.get(REF) or {}, api, T0, monitor=monitor)
+    found = api.objects[MemoryApi._key(DEPLOYMENT)]
+    assert found["spec"]["replicas"] == 3
+    found["status"] = {"observedGeneration": found["metadata"]["generation"], "replicas": 3,
+                       "updatedReplicas": 3, "readyReplicas": 1}  # fmt: skip
+    reconcile(api.get(REF) or {}, api, T0 + timedelta(seconds=30), monitor=monitor)
+    conditions = {c["type"]: c for c in (api.get(REF) or {})["status"]["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Progressing"]["reason"]) == (
+        ready,
+        progressing,
+    )
+    assert conditions["Ready"]["message"] == "1 of 3 replicas ready"
