@@ -8,17 +8,23 @@ the pods. Users send open-loop Poisson traffic to the Service's ready endpoints 
 EndpointSlices list them: there is no kube-proxy here).
 
 1. One replica's capacity (`--capacity`, or measured first: the capacity search of a study,
-   on one engine of the configuration beside the control plane).
-2. An LLMDeployment with `scaling.mode: Capacity`, that capacity per replica
-   (`capacityPerReplica`), one replica to start.
+   on one engine of the configuration beside the control plane). Each engine computes on one
+   thread of its own (`ONE_CORE`), as each GPU replica has its own GPU.
+2. For each mode of `--modes`, an LLMDeployment with that capacity per replica
+   (`capacityPerReplica`), one replica to start:
+   - `Capacity`: slotune sizes the serving Deployment;
+   - `External`: the README's HPA sizes it, through prometheus-adapter (built from its Go
+     module) reading `slotune_llmdeployment_replicas_needed` from Prometheus, which scrapes
+     the operator; the real kube-controller-manager's HPA controller writes the
+     LLMDeployment's scale subresource, and slotune follows spec.replicas.
 3. Users at `--surge` times that capacity for `--surge-seconds`, then `--quiet` times it.
 4. Every second: the Deployment's replicas (asked, ready), SLOMet, the demand in status.
 
-It prints and writes (bench/results/scaling-in-cluster.json): when the operator scaled out and
-in, with the Events' figures; how long the live SLO was missed (SLOMet False) during the
-surge; the users' attainment (share of requests within the TTFT bound) before the second
-replica was ready and after; and how long after the drop the count came down, against the
-stabilization window.
+It prints and writes (bench/results/scaling-in-cluster.json), for each mode: when the count
+went up and down, with the Events' figures; how long the live SLO was missed (SLOMet False)
+during the surge; the users' attainment (share of requests within the TTFT bound) before the
+second replica was ready and after; and how long after the drop the count came down, against
+the stabilization window.
 
     PYTHONPATH=tests:operator:bench .venv/bin/python bench/scaling_in_cluster.py
 
@@ -44,6 +50,7 @@ from slotune.measure.capacity import MeasureRequest
 from slotune.measure.probe import CapacityMeasure, measure_ceiling
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
+from support.adapter import EXTERNAL_RULES, MetricsAdapter
 from support.cluster import Cluster, OperatorPod, wait_for
 from support.controlplane import ControlPlane, bin_dir_from_env
 from support.engine import TINY_MODEL, vllm_python
@@ -54,10 +61,13 @@ from support.users import Users
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "scaling"
-NAME = "chat"
+OPERATOR_METRICS_PORT = 8080  # the chart's metrics.port
 SERIAL = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
-"""One request at a time: a replica that leaves cores idle, so that a second adds capacity on
-a machine whose cores the replicas share."""
+"""One request at a time."""
+ONE_CORE = (("OMP_NUM_THREADS", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"))
+"""Each engine computes on one thread, bound to no core: two replicas get a core each, as two
+GPU replicas get a GPU each (vLLM's CPU default binds every engine's threads to the same cores,
+where two engines spin against each other: `bench/replicas_capacity.py --shared-cores`)."""
 PROMPT, OUTPUT = 512, 32
 TTFT = 2.0
 HEADROOM = 0.1
@@ -81,7 +91,7 @@ def measure_one_replica(work: Path) -> float:
         served_name="calibration",
         args=EngineArgs.model_validate({"maxModelLen": 4096, **SERIAL}),
         extra_args=("--skip-tokenizer-init", "--dtype", cpu_dtype()),
-        env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "1"), *ONE_CORE),
     )
     spec = LLMDeploymentSpec.model_validate(
         {
@@ -106,26 +116,29 @@ def measure_one_replica(work: Path) -> float:
     return round(found.rate, 3)
 
 
-def deployment(capacity: float, window: int, stabilization: int) -> dict[str, Any]:
+def deployment(
+    name: str, mode: str, capacity: float, window: int, stabilization: int
+) -> dict[str, Any]:
     return {
         "apiVersion": "slotune.dev/v1alpha1",
         "kind": "LLMDeployment",
-        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
-            "model": {"name": str(TINY_MODEL), "servedName": NAME,
+            "model": {"name": str(TINY_MODEL), "servedName": name,
                       "source": {"randomWeights": {}}},
             "engine": {
                 "image": "vllm/vllm-openai:v0.32.0",
                 "attentionBackend": "CPU_ATTN",
                 "args": {"maxModelLen": 4096, **SERIAL},
                 "extraArgs": ["--skip-tokenizer-init", "--dtype", cpu_dtype()],
-                "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
+                "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
+                        *({"name": k, "value": v} for k, v in ONE_CORE)],
             },
             "resources": {"gpus": 0},
             "slo": {"ttft": {"percentile": 95, "maxSeconds": TTFT}, "window": f"{window}s"},
             "tuning": {"headroom": HEADROOM},
             "scaling": {
-                "mode": "Capacity", "minReplicas": 1, "maxReplicas": 3,
+                "mode": mode, "minReplicas": 1, "maxReplicas": 3,
                 "stabilizationWindow": f"{stabilization}s", "capacityPerReplica": capacity,
             },
         },
@@ -135,8 +148,8 @@ def deployment(capacity: float, window: int, stabilization: int) -> dict[str, An
 class Timeline:
     """Every second: (seconds since `start`, replicas asked, ready, SLOMet, demand)."""
 
-    def __init__(self, cluster: Cluster, start: float) -> None:
-        self.cluster, self.start = cluster, start
+    def __init__(self, cluster: Cluster, name: str, start: float) -> None:
+        self.cluster, self.name, self.start = cluster, name, start
         self.rows: list[tuple[float, int, int, str, float | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -144,8 +157,8 @@ class Timeline:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            dep = self.cluster.get("deployment", NAME, NAMESPACE) or {}
-            obj = self.cluster.get("llmd", NAME, NAMESPACE) or {}
+            dep = self.cluster.get("deployment", self.name, NAMESPACE) or {}
+            obj = self.cluster.get("llmd", self.name, NAMESPACE) or {}
             status = obj.get("status") or {}
             slo = next(
                 (c["status"] for c in status.get("conditions", []) if c["type"] == "SLOMet"), "-"
@@ -174,85 +187,62 @@ def attainment(sent: list[Any], start: float, end: float) -> dict[str, Any]:
             "within": round(within / len(kept), 4) if kept else None}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--capacity", type=float, help="one replica's (default: measured)")
-    parser.add_argument("--surge", type=float, default=1.8)
-    parser.add_argument("--quiet", type=float, default=0.3)
-    parser.add_argument("--surge-seconds", type=float, default=300)
-    parser.add_argument("--quiet-seconds", type=float, default=240)
-    parser.add_argument("--stabilization", type=int, default=60)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling-in-cluster.json")
-    args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="scaling-in-cluster-"))
-    bin_dir = bin_dir_from_env()
-    found: dict[str, Any] = {"config": SERIAL, "prompt": PROMPT, "output": OUTPUT,
-                             "ttft_p95": TTFT, "headroom": HEADROOM}  # fmt: skip
-    with ControlPlane(bin_dir, work / "plane") as plane:
-        cluster = Cluster(plane, bin_dir)
-        cluster.install_crd()
-        node = Kubelet(
-            cluster.kubeconfig, work / "kubelet", operator_commands(vllm_python()),
-            images=[kubelet_image()],
-        )  # fmt: skip
-        with (
-            node,
-            PrometheusServer(
-                prometheus_binary(install=True),
-                work / "prometheus",
-                file_sd=node.file_sd,
-                job="pods",
-            ) as prometheus,
-        ):
-            capacity = args.capacity or measure_one_replica(work / "calibration")
-            found["capacity_per_replica"] = capacity
-            surge, quiet = args.surge * capacity, args.quiet * capacity
-            # The SLO window holds 150 requests at the surge's rate (a p95 verdict needs 73).
-            window = max(30, math.ceil(150 / surge))
-            found.update(
-                surge_rate=round(surge, 3),
-                quiet_rate=round(quiet, 3),
-                slo_window_s=window,
-                stabilization_s=args.stabilization,
-            )
-            cluster.kubectl("create", "namespace", NAMESPACE)
-            repository, tag = operator_image().removeprefix("docker.io/").rsplit(":", 1)
-            operator = OperatorPod(
-                cluster, node, work, release="slotune", namespace="slotune-system",
-                values={"image": {"repository": repository, "tag": tag},
-                        "prometheusURL": prometheus.url,
-                        "extraEnv": [{"name": "SLOTUNE_RESYNC_SECONDS", "value": "3"}]},
-            )  # fmt: skip
-            operator.install()
-            cluster.apply(deployment(capacity, window, args.stabilization))
-            wait_for(
-                "one ready replica",
-                lambda: (
-                    ((cluster.get("deployment", NAME, NAMESPACE) or {}).get("status") or {}).get(
-                        "readyReplicas"
-                    )
-                    == 1
-                ),
-                400,
-            )
-            start = time.monotonic()
-            timeline = Timeline(cluster, start)
-            users = Users(
-                cluster, NAMESPACE, NAME,
-                [(surge, args.surge_seconds), (quiet, args.quiet_seconds)],
-                prompt=PROMPT, output=OUTPUT, seed=21,
-            )  # fmt: skip
-            users.wait(timeout=args.surge_seconds + args.quiet_seconds + 900)
-            time.sleep(5)
-            timeline.stop()
-            events = cluster.kubectl(
-                "get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={NAME}",
-                "-o", "jsonpath={range .items[*]}{.reason}{'\\t'}{.message}{'\\n'}{end}",
-            ).stdout  # fmt: skip
-            print(cluster.kubectl("get", "llmd", "-n", NAMESPACE).stdout)
-            operator.uninstall()
+def hpa(name: str, stabilization: int) -> dict[str, Any]:
+    """The README's HPA: as many replicas as slotune says the demand needs, through
+    prometheus-adapter's external metric; its scale-down window shortened like the spec's."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "slotune.dev/v1alpha1", "kind": "LLMDeployment",
+                               "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 3,
+            "metrics": [{"type": "External", "external": {
+                "metric": {"name": "slotune_replicas_needed",
+                           "selector": {"matchLabels": {"name": name}}},
+                "target": {"type": "AverageValue", "averageValue": "1"}}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": stabilization}},
+        },
+    }  # fmt: skip
 
-    rows = timeline.rows
+
+def scenario(
+    cluster: Cluster, name: str, mode: str, capacity: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One LLMDeployment under one scaling mode through a surge and a quiet spell."""
+    surge, quiet = args.surge * capacity, args.quiet * capacity
+    # The SLO window holds 150 requests at the surge's rate (a p95 verdict needs 73).
+    window = max(30, math.ceil(150 / surge))
+    found: dict[str, Any] = {
+        "mode": mode, "surge_rate": round(surge, 3), "quiet_rate": round(quiet, 3),
+        "slo_window_s": window, "stabilization_s": args.stabilization,
+    }  # fmt: skip
+    cluster.apply(deployment(name, mode, capacity, window, args.stabilization))
+    if mode == "External":
+        cluster.apply(hpa(name, args.stabilization))
+    wait_for(
+        "one ready replica",
+        lambda: ((cluster.get("deployment", name, NAMESPACE) or {}).get("status") or {}).get(
+            "readyReplicas") == 1,
+        400,
+    )  # fmt: skip
+    start = time.monotonic()
+    timeline = Timeline(cluster, name, start)
+    users = Users(
+        cluster, NAMESPACE, name, [(surge, args.surge_seconds), (quiet, args.quiet_seconds)],
+        prompt=PROMPT, output=OUTPUT, seed=21,
+    )  # fmt: skip
+    users.wait(timeout=args.surge_seconds + args.quiet_seconds + 900)
+    time.sleep(5)
+    timeline.stop()
+    fields = "{.involvedObject.name}{'\\t'}{.reason}{'\\t'}{.message}{'\\n'}"
+    events = cluster.kubectl(
+        "get", "events", "-n", NAMESPACE, "-o", f"jsonpath={{range .items[*]}}{fields}{{end}}"
+    ).stdout
+    print(cluster.kubectl("get", "llmd,hpa", "-n", NAMESPACE).stdout)
+    cluster.kubectl("delete", "llmd,hpa", "--all", "-n", NAMESPACE)
     drop = args.surge_seconds
     out_at = timeline.first(lambda r: r[1] >= 2)
     ready_at = timeline.first(lambda r: r[2] >= 2)
@@ -269,14 +259,68 @@ def main(argv: list[str] | None = None) -> int:
         "before": attainment(sent, 0, ready_at or drop),
         "after": attainment(sent, (ready_at or drop) + window, drop),
         "quiet": attainment(sent, drop, drop + args.quiet_seconds),
-        "most_replicas": max((r[1] for r in rows), default=0),
-        "events": [line for line in events.splitlines() if line.startswith("Scaled")],
-        "timeline": rows,
+        "most_replicas": max((r[1] for r in timeline.rows), default=0),
+        "events": [line for line in events.splitlines()
+                   if (line.startswith(f"{name}\t") and "\tScal" in line)
+                   or "SuccessfulRescale" in line],
+        "timeline": timeline.rows,
     })  # fmt: skip
-    args.out.write_text(json.dumps(found, indent=1) + "\n")
-    for key, value in found.items():
-        if key != "timeline":
-            print(f"{key}: {value}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capacity", type=float, help="one replica's (default: measured)")
+    parser.add_argument("--modes", default="Capacity,External")
+    parser.add_argument("--surge", type=float, default=1.8)
+    parser.add_argument("--quiet", type=float, default=0.3)
+    parser.add_argument("--surge-seconds", type=float, default=240)
+    parser.add_argument("--quiet-seconds", type=float, default=180)
+    parser.add_argument("--stabilization", type=int, default=45)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling-in-cluster.json")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="scaling-in-cluster-"))
+    bin_dir = bin_dir_from_env()
+    found: dict[str, Any] = {"config": SERIAL, "env": dict(ONE_CORE), "prompt": PROMPT,
+                             "output": OUTPUT, "ttft_p95": TTFT, "headroom": HEADROOM,
+                             "scenarios": []}  # fmt: skip
+    with ControlPlane(bin_dir, work / "plane") as plane:
+        cluster = Cluster(plane, bin_dir)
+        cluster.install_crd()
+        node = Kubelet(
+            cluster.kubeconfig, work / "kubelet", operator_commands(vllm_python()),
+            images=[kubelet_image()],
+        )  # fmt: skip
+        with (
+            node,
+            # The engines through the kubelet's file, the operator's own metrics (its pod's
+            # container shares the host's network) for the adapter.
+            PrometheusServer(
+                prometheus_binary(install=True), work / "prometheus",
+                targets=[f"127.0.0.1:{OPERATOR_METRICS_PORT}"], file_sd=node.file_sd, job="pods",
+            ) as prometheus,
+            MetricsAdapter(cluster, work / "adapter", prometheus.url, EXTERNAL_RULES),
+        ):  # fmt: skip
+            capacity = args.capacity or measure_one_replica(work / "calibration")
+            found["capacity_per_replica"] = capacity
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            repository, tag = operator_image().removeprefix("docker.io/").rsplit(":", 1)
+            operator = OperatorPod(
+                cluster, node, work, release="slotune", namespace="slotune-system",
+                values={"image": {"repository": repository, "tag": tag},
+                        "prometheusURL": prometheus.url,
+                        "extraEnv": [{"name": "SLOTUNE_RESYNC_SECONDS", "value": "3"}]},
+            )  # fmt: skip
+            operator.install()
+            for mode in args.modes.split(","):
+                name = f"chat-{mode.lower()}"
+                result = scenario(cluster, name, mode, capacity, args)
+                found["scenarios"].append(result)
+                args.out.write_text(json.dumps(found, indent=1) + "\n")
+                for key, value in result.items():
+                    if key != "timeline":
+                        print(f"{mode} {key}: {value}", flush=True)
+            operator.uninstall()
     print(f"Wrote {args.out}")
     return 0
 

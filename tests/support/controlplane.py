@@ -328,6 +328,20 @@ class ControlPlane:
             "extendedKeyUsage=clientAuth\n"
         )
         issue("admin", "/O=system:masters/CN=slotune-admin", client_ext)
+        # The aggregation layer's front proxy: the API server presents this client
+        # certificate to the API services it proxies to (a metrics adapter), which trust the
+        # user it names in its headers because the CA is the one in
+        # kube-system/extension-apiserver-authentication.
+        _openssl("req", "-x509", *ec, "-keyout", "front-proxy-ca.key",
+                 "-out", "front-proxy-ca.crt", "-days", "3650", "-subj", "/CN=front-proxy-ca",
+                 cwd=p)  # fmt: skip
+        (p / "front-proxy-client.ext").write_text(client_ext)
+        _openssl("req", "-new", *ec, "-keyout", "front-proxy-client.key", "-out",
+                 "front-proxy-client.csr", "-subj", "/CN=front-proxy-client", cwd=p)  # fmt: skip
+        _openssl("x509", "-req", "-in", "front-proxy-client.csr", "-CA", "front-proxy-ca.crt",
+                 "-CAkey", "front-proxy-ca.key", "-CAcreateserial", "-out",
+                 "front-proxy-client.crt", "-days", "3650", "-extfile", "front-proxy-client.ext",
+                 cwd=p)  # fmt: skip
         issue("kube-controller-manager", "/CN=system:kube-controller-manager", client_ext)
         # ServiceAccount token signing key.
         _openssl(
@@ -445,6 +459,16 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+                # The aggregation layer (an external metrics adapter for the HPA): requests
+                # to an APIService go to its Service's endpoints (no kube-proxy here).
+                f"--requestheader-client-ca-file={p / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+                "--enable-aggregator-routing=true",
                 *self.apiserver_args,
             ],
         )
