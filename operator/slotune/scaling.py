@@ -9,10 +9,11 @@
 
 The demand is the *peak* arrival rate over the stabilization window, as Prometheus keeps it,
 so the count goes up as soon as the newest minute needs more, and down only once the whole
-window needs fewer: HPA's scale-down stabilization, with the window's history kept in
-Prometheus rather than in the operator's memory. A restart therefore loses nothing, and a
-count is never lowered below what the window's peak needs. Without a demand or a capacity to
-decide from, the count is held where it is.
+window needs fewer, with `SCALE_IN_TOLERANCE` to spare: HPA's scale-down stabilization and
+tolerance, with the window's history kept in Prometheus rather than in the operator's
+memory. A restart therefore loses nothing, and a count is never lowered below what the
+window's peak needs. Without a demand or a capacity to decide from, the count is held where
+it is.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from slotune.status import ConditionRow
 # A demand this close to a whole number of replicas' worth counts as that number: the
 # capacity's own uncertainty is percents, not parts in a billion.
 _EXACT = 1e-9
+SCALE_IN_TOLERANCE = 0.1
+"""Fewer replicas must carry the window's peak with this much to spare beyond the headroom
+before the count comes down (HPA's default tolerance): a demand that hovers at a boundary
+between two counts would otherwise take the count down and up again every window (seen in
+`bench/results/scaling-in-cluster.json`: 3 → 2 at 9.73 req/s, 2 → 3 at 10.1, with 2 x 5.47
+carrying 9.95)."""
 
 
 def replicas_needed(demand: float, per_replica: float, headroom: float) -> int:
@@ -153,6 +160,11 @@ def decide(
             ),
         )
     needed = replicas_needed(demand, capacity.rate, headroom)
+    if needed < now:
+        # Down only as far as the window's peak leaves the tolerance to spare.
+        needed = max(
+            needed, replicas_needed(demand * (1 + SCALE_IN_TOLERANCE), capacity.rate, headroom)
+        )
     wanted = min(max(needed, low), high)
     limited: tuple[str, str] | None = None
     if needed > high:

@@ -1,7 +1,8 @@
 """Users of a model's Service: open-loop Poisson traffic in phases, each request sent to one of
-the Service's ready endpoints (the one with the fewest requests in flight, as a load balancer
-does), read from its EndpointSlices as the endpoint-slice controller keeps them. The test
-cluster has no kube-proxy, so the Service's virtual IP routes nowhere: the users pick the
+the Service's endpoints (the one with the fewest requests in flight, as a load balancer does):
+the ready pods its selector picks, as the endpoint controllers would list them. The test
+cluster has no kube-proxy, so the Service's virtual IP routes nowhere, and its pods' loopback
+addresses are no valid Endpoints (the API server refuses 127.0.0.0/8): the users pick the
 endpoints themselves.
 
     users = Users(cluster, namespace, "chat", [(6.0, 120), (1.0, 90)], prompt=64, output=8)
@@ -66,16 +67,24 @@ class Users:
         self._stop.set()
 
     def _ready_endpoints(self) -> list[str]:
+        service = self.cluster.get("service", self.service, self.namespace) or {}
+        selector = (service.get("spec") or {}).get("selector") or {}
+        if not selector:
+            return []
         answer = self.cluster.kubectl(
-            "get", "endpointslices", "-n", self.namespace, "-o", "json",
-            "-l", f"kubernetes.io/service-name={self.service}", check=False,
+            "get", "pods", "-n", self.namespace, "-o", "json",
+            "-l", ",".join(f"{k}={v}" for k, v in sorted(selector.items())), check=False,
         )  # fmt: skip
         found = []
-        for piece in json.loads(answer.stdout or '{"items": []}')["items"]:
-            for endpoint in piece.get("endpoints") or []:
-                if (endpoint.get("conditions") or {}).get("ready"):
-                    found += endpoint.get("addresses") or []
-        return sorted(set(found))
+        for pod in json.loads(answer.stdout or '{"items": []}')["items"]:
+            status = pod.get("status") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
+                found.append(status["podIP"])
+        return sorted(found)
 
     def _watch_endpoints(self) -> None:
         while not self._stop.is_set():

@@ -53,6 +53,10 @@ def capacity_mode(**fields: Any) -> ScalingSpec:
         # Down once the whole window's peak needs fewer (the peak is the window's).
         ("down", {}, 3, 8.0, None, 1, None),
         ("steady", {}, 2, 12.0, None, 2, None),
+        # Down only with the tolerance to spare: 2 x 9.8 carries 17.5 x 1.1 (19.25), but not
+        # 10% more, so a demand hovering at the boundary does not flap the count.
+        ("at a boundary", {}, 3, 17.5, None, 3, None),
+        ("clear of it", {}, 3, 15.0, None, 2, None),
         # The bounds: never below minReplicas, never above maxReplicas (and it says so).
         ("floor", {"minReplicas": 2}, 2, 0.5, None, 2, None),
         ("ceiling", {"maxReplicas": 4}, 4, 60.0, None, 4, "TooManyReplicas"),
