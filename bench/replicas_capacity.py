@@ -40,6 +40,10 @@ from slotune.runtime import EngineConfig
 from slotune.stats import percentile
 
 SERIAL = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
+ONE_CORE = (("OMP_NUM_THREADS", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"))
+"""Each engine computes on one thread, bound to no core: two engines get a core each, as two
+GPU replicas get a GPU each. vLLM's CPU default binds every engine's threads to the same
+cores, where two engines spin against each other (`--shared-cores` measures that)."""
 PROMPT, OUTPUT = 512, 32
 SLO_TTFT = 2.0
 
@@ -62,13 +66,13 @@ def spec(rate: float) -> LLMDeploymentSpec:
     )
 
 
-def config(params: dict[str, Any]) -> EngineConfig:
+def config(params: dict[str, Any], *, shared_cores: bool) -> EngineConfig:
     return EngineConfig(
         model=str(MODEL),
         served_name="tiny",
         args=EngineArgs.model_validate({"maxModelLen": 4096, **params}),
         extra_args=("--skip-tokenizer-init", "--dtype", cpu_dtype()),
-        env=(("VLLM_CPU_KVCACHE_SPACE", "1"),),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "1"), *(() if shared_cores else ONE_CORE)),
     )
 
 
@@ -121,6 +125,7 @@ def judged(results: list[Any], skip_s: float) -> dict[str, Any]:
         "ttft_p95": percentile(ttfts, 95) if ttfts else None,
         "within": within / len(kept) if kept else None,
         "errors": sum(1 for r in kept if r.error),
+        "error_kinds": sorted({r.error[:80] for r in kept if r.error})[:3],
     }
 
 
@@ -128,13 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--multiples", default="1.4,1.8")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--shared-cores", action="store_true", help="vLLM's default binding")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/replicas-capacity.json")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="replicas-capacity-"))
     runtime = LocalRuntime(vllm_python(), work, dummy_weights=True)
     found: dict[str, Any] = {"config": SERIAL, "prompt": PROMPT, "output": OUTPUT,
-                             "slo_ttft_p95": SLO_TTFT, "rates": []}  # fmt: skip
-    first = runtime.start(config(SERIAL), timeout=300)
+                             "slo_ttft_p95": SLO_TTFT, "shared_cores": args.shared_cores,
+                             "rates": []}  # fmt: skip
+    first = runtime.start(config(SERIAL, shared_cores=args.shared_cores), timeout=300)
     second = None
     try:
         measure = CapacityMeasure(spec(1.0), "tiny", log=lambda line: print("  " + line))
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("the capacity search measured nothing")
         print(f"one replica: capacity {one.describe()}", flush=True)
         found["one_replica"] = {"rate": one.rate, "low": one.low, "high": one.high}
-        second = runtime.start(config(SERIAL), timeout=300)
+        second = runtime.start(config(SERIAL, shared_cores=args.shared_cores), timeout=300)
         for n, multiple in enumerate(float(m) for m in args.multiples.split(",")):
             rate = round(multiple * one.rate, 3)
             row: dict[str, Any] = {"multiple": multiple, "rate": rate}

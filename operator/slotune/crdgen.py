@@ -129,6 +129,9 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
 def crd() -> dict[str, Any]:
     """The whole CustomResourceDefinition object."""
     spec_schema = openapi_schema(models.LLMDeploymentSpec)
+    # The one default the API server applies: the scale subresource reads spec.replicas, and an
+    # HPA or `kubectl get --subresource=scale` fails on an object that never set it.
+    spec_schema["properties"]["replicas"]["default"] = 1
     status_schema = openapi_schema(models.LLMDeploymentStatus)
     root = {
         "type": "object",

@@ -706,6 +706,14 @@ def test_kubectl_scale_sets_the_replicas_under_external_scaling_never_under_capa
             (d := cluster.get("deployment", "outside", namespace)) and d["spec"]["replicas"] == 1
         ),
     )
+    # An object that never set spec.replicas has the CRD's default, which the scale
+    # subresource (what an HPA reads first) reports.
+    before = json.loads(
+        cluster.kubectl(
+            "get", "llmd", "outside", "-n", namespace, "--subresource=scale", "-o", "json"
+        ).stdout
+    )
+    assert before["spec"]["replicas"] == 1
     cluster.kubectl("scale", "llmd", "outside", "-n", namespace, "--replicas", "3")
     wait_for(
         "the Deployment scaled to 3",

@@ -94,6 +94,9 @@ def test_printer_columns_cover_what_on_call_needs() -> None:
         },
     }
     assert crd["spec"]["names"]["shortNames"] == ["llmd"]
+    # The scale subresource reads spec.replicas: the server defaults it for objects without.
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["replicas"]["default"] == 1
 
 
 @pytest.mark.parametrize(
