@@ -257,7 +257,10 @@ def scenario(
         "scaled_in_at_s": in_at,
         "scaled_in_after_drop_s": round(in_at - drop, 1) if in_at is not None else None,
         "before": attainment(sent, 0, ready_at or drop),
-        "after": attainment(sent, (ready_at or drop) + window, drop),
+        # None when the second replica was ready only after the surge ended.
+        "after": attainment(sent, ready_at + window, drop)
+        if ready_at is not None and ready_at + window < drop
+        else None,
         "quiet": attainment(sent, drop, drop + args.quiet_seconds),
         "most_replicas": max((r[1] for r in timeline.rows), default=0),
         "events": [line for line in events.splitlines()

@@ -97,6 +97,8 @@ def test_creates_deployment_and_service_with_the_right_shape(
         "NAME", "PHASE", "READY", "TTFT-P95", "SLO-MET", "TRIALS", "CAPACITY", "AGE",
     ]  # fmt: skip
     assert row.split()[:4] == ["chat", "Deploying", "0/1", "-/2s"]
+    wide = cluster.kubectl("get", "llmd", "chat", "-n", namespace, "-o", "wide").stdout
+    assert wide.splitlines()[0].split()[3:5] == ["NEEDED", "PER-REPLICA"]
 
     events = cluster.kubectl(
         "get",

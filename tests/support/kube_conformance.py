@@ -59,7 +59,8 @@ class KubeApiConformance:
         written = api.apply_status(ns, "st", {"phase": "Pending", "observedGeneration": 1})
         assert written["status"] == {"phase": "Pending", "observedGeneration": 1}
         assert written["metadata"]["generation"] == 1
-        assert written["spec"] == llmd(ns, "st")["spec"]
+        # The spec as written, with the defaults the CRD declares filled in by the server.
+        assert written["spec"] == {**llmd(ns, "st")["spec"], "replicas": 1}
         body = {**llmd(ns, "st", block_size=32), "status": {"phase": "Ready"}}
         applied = api.apply(body)  # a main-resource write leaves status alone
         assert applied["status"] == {"phase": "Pending", "observedGeneration": 1}

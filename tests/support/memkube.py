@@ -5,14 +5,30 @@ both). Every write may be made the last one before a crash, for tests of restart
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from slotune.kube import KubeError, Ref
+
+_CRD = Path(__file__).resolve().parents[2] / "crds" / "slotune.dev_llmdeployments.yaml"
 
 # Resources with a status subresource: a main-resource write leaves their status alone, and
 # their generation moves only when the spec does.
 _STATUS_SUBRESOURCE = {"LLMDeployment", "Deployment", "Job", "Pod", "Service"}
+
+
+@functools.cache
+def _spec_defaults() -> dict[str, Any]:
+    """The defaults the CRD declares on `spec`'s own fields, which the API server fills in on
+    every write (nested defaults apply only where their parent is written, and no test relies
+    on them)."""
+    crd = yaml.safe_load(_CRD.read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return {k: v["default"] for k, v in spec["properties"].items() if "default" in v}
 
 
 class Crash(Exception):  # noqa: N818 - the operator process dying, not an error
@@ -66,6 +82,8 @@ class MemoryApi:
         new = copy.deepcopy(obj)
         meta = new["metadata"]
         meta.pop("resourceVersion", None)
+        if new["kind"] == "LLMDeployment" and "spec" in new:
+            new["spec"] = {**copy.deepcopy(_spec_defaults()), **new["spec"]}
         if existing is None:
             meta["uid"] = f"uid-{next(self._uids)}"
             meta["generation"] = 1
