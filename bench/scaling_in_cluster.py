@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from replicas_capacity import ONE_CORE, SERIAL  # one engine per core, one request at a time
+
 from slotune.local.process import LocalRuntime, cpu_dtype
 from slotune.measure.capacity import MeasureRequest
 from slotune.measure.probe import CapacityMeasure, measure_ceiling
@@ -62,14 +64,9 @@ from support.users import Users
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "scaling"
 OPERATOR_METRICS_PORT = 8080  # the chart's metrics.port
-SERIAL = {"maxNumBatchedTokens": 2048, "maxNumSeqs": 1, "blockSize": 128}
-"""One request at a time."""
-ONE_CORE = (("OMP_NUM_THREADS", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"))
-"""Each engine computes on one thread, bound to no core: two replicas get a core each, as two
-GPU replicas get a GPU each (vLLM's CPU default binds every engine's threads to the same cores,
-where two engines spin against each other: `bench/replicas_capacity.py --shared-cores`)."""
 PROMPT, OUTPUT = 512, 32
 TTFT = 2.0
+"""The SLO's TTFT p95 bound, seconds (`--ttft`)."""
 HEADROOM = 0.1
 
 
@@ -83,7 +80,7 @@ def shape(rate: float) -> dict[str, Any]:
     }
 
 
-def measure_one_replica(work: Path) -> float:
+def measure_one_replica(work: Path, ttft: float) -> float:
     """The capacity of one engine of SERIAL under the workload and SLO (a study's search)."""
     runtime = LocalRuntime(vllm_python(), work, dummy_weights=True)
     config = EngineConfig(
@@ -96,7 +93,7 @@ def measure_one_replica(work: Path) -> float:
     spec = LLMDeploymentSpec.model_validate(
         {
             "model": {"name": "calibration"},
-            "slo": {"ttft": {"percentile": 95, "maxSeconds": TTFT}},
+            "slo": {"ttft": {"percentile": 95, "maxSeconds": ttft}},
             "tuning": {"workload": shape(1.0)},
         }
     )
@@ -117,7 +114,14 @@ def measure_one_replica(work: Path) -> float:
 
 
 def deployment(
-    name: str, mode: str, capacity: float, window: int, stabilization: int
+    name: str,
+    mode: str,
+    capacity: float,
+    *,
+    window: int,
+    stabilization: int,
+    ttft: float,
+    max_replicas: int,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "slotune.dev/v1alpha1",
@@ -135,10 +139,10 @@ def deployment(
                         *({"name": k, "value": v} for k, v in ONE_CORE)],
             },
             "resources": {"gpus": 0},
-            "slo": {"ttft": {"percentile": 95, "maxSeconds": TTFT}, "window": f"{window}s"},
+            "slo": {"ttft": {"percentile": 95, "maxSeconds": ttft}, "window": f"{window}s"},
             "tuning": {"headroom": HEADROOM},
             "scaling": {
-                "mode": mode, "minReplicas": 1, "maxReplicas": 3,
+                "mode": mode, "minReplicas": 1, "maxReplicas": max_replicas,
                 "stabilizationWindow": f"{stabilization}s", "capacityPerReplica": capacity,
             },
         },
@@ -180,14 +184,14 @@ class Timeline:
         return next((r[0] for r in self.rows if r[0] >= after and predicate(r)), None)
 
 
-def attainment(sent: list[Any], start: float, end: float) -> dict[str, Any]:
+def attainment(sent: list[Any], start: float, end: float, ttft: float) -> dict[str, Any]:
     kept = [s for s in sent if start <= s.at < end]
-    within = sum(1 for s in kept if s.within(TTFT))
+    within = sum(1 for s in kept if s.within(ttft))
     return {"from": round(start, 1), "to": round(end, 1), "requests": len(kept),
             "within": round(within / len(kept), 4) if kept else None}  # fmt: skip
 
 
-def hpa(name: str, stabilization: int) -> dict[str, Any]:
+def hpa(name: str, stabilization: int, max_replicas: int) -> dict[str, Any]:
     """The README's HPA: as many replicas as slotune says the demand needs, through
     prometheus-adapter's external metric; its scale-down window shortened like the spec's."""
     return {
@@ -198,7 +202,7 @@ def hpa(name: str, stabilization: int) -> dict[str, Any]:
             "scaleTargetRef": {"apiVersion": "slotune.dev/v1alpha1", "kind": "LLMDeployment",
                                "name": name},
             "minReplicas": 1,
-            "maxReplicas": 3,
+            "maxReplicas": max_replicas,
             "metrics": [{"type": "External", "external": {
                 "metric": {"name": "slotune_replicas_needed",
                            "selector": {"matchLabels": {"name": name}}},
@@ -218,10 +222,16 @@ def scenario(
     found: dict[str, Any] = {
         "mode": mode, "surge_rate": round(surge, 3), "quiet_rate": round(quiet, 3),
         "slo_window_s": window, "stabilization_s": args.stabilization,
+        "max_replicas": args.max_replicas,
     }  # fmt: skip
-    cluster.apply(deployment(name, mode, capacity, window, args.stabilization))
+    cluster.apply(
+        deployment(
+            name, mode, capacity, window=window, stabilization=args.stabilization,
+            ttft=args.ttft, max_replicas=args.max_replicas,
+        )
+    )  # fmt: skip
     if mode == "External":
-        cluster.apply(hpa(name, args.stabilization))
+        cluster.apply(hpa(name, args.stabilization, args.max_replicas))
     wait_for(
         "one ready replica",
         lambda: ((cluster.get("deployment", name, NAMESPACE) or {}).get("status") or {}).get(
@@ -256,12 +266,12 @@ def scenario(
         "slo_missed_for_s": round(met_at - missed_at, 1) if met_at and missed_at else None,
         "scaled_in_at_s": in_at,
         "scaled_in_after_drop_s": round(in_at - drop, 1) if in_at is not None else None,
-        "before": attainment(sent, 0, ready_at or drop),
+        "before": attainment(sent, 0, ready_at or drop, args.ttft),
         # None when the second replica was ready only after the surge ended.
-        "after": attainment(sent, ready_at + window, drop)
+        "after": attainment(sent, ready_at + window, drop, args.ttft)
         if ready_at is not None and ready_at + window < drop
         else None,
-        "quiet": attainment(sent, drop, drop + args.quiet_seconds),
+        "quiet": attainment(sent, drop, drop + args.quiet_seconds, args.ttft),
         "most_replicas": max((r[1] for r in timeline.rows), default=0),
         "events": [line for line in events.splitlines()
                    if (line.startswith(f"{name}\t") and "\tScal" in line)
@@ -280,12 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--surge-seconds", type=float, default=240)
     parser.add_argument("--quiet-seconds", type=float, default=180)
     parser.add_argument("--stabilization", type=int, default=45)
+    parser.add_argument("--max-replicas", type=int, default=3, help="one per engine the node fits")
+    parser.add_argument("--ttft", type=float, default=TTFT, help="the SLO's TTFT p95 bound, s")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling-in-cluster.json")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="scaling-in-cluster-"))
     bin_dir = bin_dir_from_env()
     found: dict[str, Any] = {"config": SERIAL, "env": dict(ONE_CORE), "prompt": PROMPT,
-                             "output": OUTPUT, "ttft_p95": TTFT, "headroom": HEADROOM,
+                             "output": OUTPUT, "ttft_p95": args.ttft, "headroom": HEADROOM,
                              "scenarios": []}  # fmt: skip
     with ControlPlane(bin_dir, work / "plane") as plane:
         cluster = Cluster(plane, bin_dir)
@@ -304,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             ) as prometheus,
             MetricsAdapter(cluster, work / "adapter", prometheus.url, EXTERNAL_RULES),
         ):  # fmt: skip
-            capacity = args.capacity or measure_one_replica(work / "calibration")
+            capacity = args.capacity or measure_one_replica(work / "calibration", args.ttft)
             found["capacity_per_replica"] = capacity
             cluster.kubectl("create", "namespace", NAMESPACE)
             repository, tag = operator_image().removeprefix("docker.io/").rsplit(":", 1)

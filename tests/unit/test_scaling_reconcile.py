@@ -2,8 +2,9 @@
 Deployment follows the demand monitoring reads, status and Events give the figures, and an
 operator killed before any of its writes loses nothing and flaps nothing.
 
-The real API server, kubelet, engine and Prometheus play these parts in
-tests/integration/test_scaling_in_cluster.py.
+The real API server, controller-manager, kubelet, engine and Prometheus play these parts in
+bench/scaling_in_cluster.py (under live traffic) and in tests/integration/test_operator.py
+(`kubectl scale` through the scale subresource).
 """
 
 from __future__ import annotations
