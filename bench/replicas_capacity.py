@@ -33,7 +33,7 @@ from tuner_comparison import MODEL, ROOT, vllm_python
 
 from slotune.local.process import LocalRuntime, cpu_dtype
 from slotune.measure import loadgen
-from slotune.measure.capacity import MeasureRequest
+from slotune.measure.capacity import Capacity, MeasureRequest
 from slotune.measure.probe import CapacityMeasure, measure_ceiling
 from slotune.models import EngineArgs, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
@@ -83,6 +83,21 @@ def config(params: dict[str, Any], *, shared_cores: bool) -> EngineConfig:
         extra_args=("--skip-tokenizer-init", "--dtype", cpu_dtype()),
         env=(("VLLM_CPU_KVCACHE_SPACE", "1"), *(() if shared_cores else ONE_CORE)),
     )
+
+
+def one_replica(base_url: str, ttft: float) -> Capacity:
+    """The capacity of the engine at `base_url` under the workload and an SLO of TTFT p95 <=
+    `ttft`: the precise search a study runs, from the engine's prefill ceiling."""
+    workload = spec(1.0, ttft)
+    measure = CapacityMeasure(workload, "tiny", log=lambda line: print("  " + line))
+    ceiling = asyncio.run(measure_ceiling(base_url, "tiny", workload.tuning.workload))
+    request = MeasureRequest(
+        seed=7, target_rate=ceiling.prefill_rate / 5, ceiling=ceiling, precise=True
+    )
+    found = measure(base_url, request).capacity
+    if found is None or found.rate <= 0:
+        raise SystemExit("the capacity search measured nothing")
+    return found
 
 
 async def split(urls: list[str], rate: float, seconds: float, seed: int) -> list[Any]:
@@ -154,16 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     first = runtime.start(config(SERIAL, shared_cores=args.shared_cores), timeout=300)
     second = None
     try:
-        measure = CapacityMeasure(spec(1.0, args.ttft), "tiny", log=lambda line: print("  " + line))
-        ceiling = asyncio.run(
-            measure_ceiling(first.base_url, "tiny", spec(1.0, args.ttft).tuning.workload)
-        )
-        request = MeasureRequest(
-            seed=7, target_rate=ceiling.prefill_rate / 5, ceiling=ceiling, precise=True
-        )
-        one = measure(first.base_url, request).capacity
-        if one is None:
-            raise SystemExit("the capacity search measured nothing")
+        one = one_replica(first.base_url, args.ttft)
         print(f"one replica: capacity {one.describe()}", flush=True)
         found["one_replica"] = {"rate": one.rate, "low": one.low, "high": one.high}
         second = runtime.start(config(SERIAL, shared_cores=args.shared_cores), timeout=300)

@@ -35,7 +35,6 @@ The machine's cores are shared by every replica here (on a GPU node each replica
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys
@@ -45,13 +44,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from replicas_capacity import ONE_CORE, SERIAL  # one engine per core, one request at a time
+# The engine (one request at a time, on a core of its own), the workload and the capacity
+# search are replicas_capacity's.
+from replicas_capacity import ONE_CORE, OUTPUT, PROMPT, SERIAL, one_replica
+from replicas_capacity import config as engine_config
 
 from slotune.local.process import LocalRuntime, cpu_dtype
-from slotune.measure.capacity import MeasureRequest
-from slotune.measure.probe import CapacityMeasure, measure_ceiling
-from slotune.models import EngineArgs, LLMDeploymentSpec
-from slotune.runtime import EngineConfig
 from support.adapter import EXTERNAL_RULES, MetricsAdapter
 from support.cluster import Cluster, OperatorPod, wait_for
 from support.controlplane import ControlPlane, bin_dir_from_env
@@ -64,51 +62,19 @@ from support.users import Users
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "scaling"
 OPERATOR_METRICS_PORT = 8080  # the chart's metrics.port
-PROMPT, OUTPUT = 512, 32
 TTFT = 2.0
 """The SLO's TTFT p95 bound, seconds (`--ttft`)."""
 HEADROOM = 0.1
 
 
-def shape(rate: float) -> dict[str, Any]:
-    return {
-        "source": "Synthetic",
-        "promptTokens": {"mean": PROMPT, "spread": 0.1},
-        "outputTokens": {"mean": OUTPUT},
-        "requestRate": rate,
-        "duration": "10s",
-    }
-
-
 def measure_one_replica(work: Path, ttft: float) -> float:
     """The capacity of one engine of SERIAL under the workload and SLO (a study's search)."""
     runtime = LocalRuntime(vllm_python(), work, dummy_weights=True)
-    config = EngineConfig(
-        model=str(TINY_MODEL),
-        served_name="calibration",
-        args=EngineArgs.model_validate({"maxModelLen": 4096, **SERIAL}),
-        extra_args=("--skip-tokenizer-init", "--dtype", cpu_dtype()),
-        env=(("VLLM_CPU_KVCACHE_SPACE", "1"), *ONE_CORE),
-    )
-    spec = LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "calibration"},
-            "slo": {"ttft": {"percentile": 95, "maxSeconds": ttft}},
-            "tuning": {"workload": shape(1.0)},
-        }
-    )
-    engine = runtime.start(config, timeout=400)
+    engine = runtime.start(engine_config(SERIAL, shared_cores=False), timeout=400)
     try:
-        measure = CapacityMeasure(spec, "calibration", log=lambda line: print("  " + line))
-        ceiling = asyncio.run(measure_ceiling(engine.base_url, "calibration", spec.tuning.workload))
-        request = MeasureRequest(
-            seed=7, target_rate=ceiling.prefill_rate / 5, ceiling=ceiling, precise=True
-        )
-        found = measure(engine.base_url, request).capacity
+        found = one_replica(engine.base_url, ttft)
     finally:
         engine.stop()
-    if found is None or found.rate <= 0:
-        raise SystemExit("the capacity search measured nothing")
     print(f"one replica of {SERIAL}: capacity {found.describe()}", flush=True)
     return round(found.rate, 3)
 

@@ -7,14 +7,10 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from slotune import crdgen
 from slotune.kube import KubeError, Ref
-
-_CRD = Path(__file__).resolve().parents[2] / "crds" / "slotune.dev_llmdeployments.yaml"
 
 # Resources with a status subresource: a main-resource write leaves their status alone, and
 # their generation moves only when the spec does.
@@ -26,8 +22,8 @@ def _spec_defaults() -> dict[str, Any]:
     """The defaults the CRD declares on `spec`'s own fields, which the API server fills in on
     every write (nested defaults apply only where their parent is written, and no test relies
     on them)."""
-    crd = yaml.safe_load(_CRD.read_text())
-    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    schema = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
     return {k: v["default"] for k, v in spec["properties"].items() if "default" in v}
 
 
