@@ -40,6 +40,7 @@ import signal
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,14 @@ def main() -> int:  # noqa: PLR0912, PLR0915 - one linear script: two parts, pri
     parser.add_argument(
         "--rates", default=None, help="part 2's rates, comma-separated (default: around part 1's)"
     )
+    parser.add_argument(
+        "--arm-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="compare two arms, paired: without and with this engine environment variable "
+        "(repeatable); pair i runs both arms on seed + i, in alternating order",
+    )
     parser.add_argument("--out", type=Path, default=Path("tune-out/bench-capacity"))
     args = parser.parse_args()
     # A SIGTERM (a timebox, a kill) unwinds through the `finally`s, so the engine stops too.
@@ -237,6 +246,19 @@ def main() -> int:  # noqa: PLR0912, PLR0915 - one linear script: two parts, pri
             "intervals_holding_the_median": s["holds"],
         }
 
+    if args.arm_env:
+        if not all("=" in kv for kv in args.arm_env):
+            raise SystemExit(f"--arm-env takes KEY=VALUE, not {args.arm_env}")
+        arm_env = tuple((k, v) for k, _, v in (kv.partition("=") for kv in args.arm_env))
+        return paired_arms(
+            args,
+            runtime=runtime,
+            measure=measure,
+            config=config,
+            platform=platform,
+            target=target,
+            arm_env=arm_env,
+        )
     print(f"== repeatability: {params} on {args.engines} fresh engines ({platform.name})")
     print(f"   vllm {' '.join(runtime.command(config, 0)[3:])}", flush=True)
     found = []
@@ -334,6 +356,102 @@ def main() -> int:  # noqa: PLR0912, PLR0915 - one linear script: two parts, pri
         args.results / "verdict-flips.json",
     )
     return 0
+
+
+def paired_arms(
+    args: argparse.Namespace,
+    *,
+    runtime: LocalRuntime,
+    measure: CapacityMeasure,
+    config: EngineConfig,
+    platform: Platform,
+    target: float,
+    arm_env: tuple[tuple[str, str], ...],
+) -> int:
+    """Two arms of one configuration on fresh engines: A as configured, B with `arm_env` added
+    to the engine's environment. Pair i measures both arms on the same arrival schedules (seed
+    + i), A first in even pairs and B first in odd ones, so a machine that drifts over the run
+    weighs on both arms alike. Prints each arm's spread and variance components and the paired
+    ratio B / A with its interval (the pairs' ln ratios: mean +- t * sd / sqrt(n))."""
+    arms = {"A": config, "B": replace(config, env=(*config.env, *arm_env))}
+    found: dict[str, list[Any]] = {"A": [], "B": []}
+    seconds: dict[str, list[float]] = {"A": [], "B": []}
+    name = f"capacity-paired-seed{args.seed}.json"
+    shown = " ".join(f"{k}={v}" for k, v in arm_env)
+    print(f"== paired: A as configured, B with {shown}; {args.engines} pairs ({platform.name})")
+    print(f"   vllm {' '.join(runtime.command(config, 0)[3:])}", flush=True)
+
+    def result() -> dict[str, Any]:
+        arms_out: dict[str, Any] = {}
+        for arm, caps in found.items():
+            s = summary(caps)
+            arms_out[arm] = {
+                "env": [list(kv) for kv in arms[arm].env],
+                "capacities": [c.model_dump(mode="json", exclude={"probes"}) for c in caps],
+                "seconds": seconds[arm],
+                "estimates": s["estimates"],
+                "spread": finite(s["spread"]),
+                "within_sd": finite(s["within"]),
+                "sigma_b": finite(s["sigma_b"]),
+                "stated_intervals": s["stated"],
+                "intervals_holding_the_median": s["holds"],
+            }
+        return {
+            "spec": str(args.spec),
+            "platform": platform.name,
+            "target_rate": target,
+            "commit": os.environ.get("SLOTUNE_COMMIT") or None,
+            "pairs": args.engines,
+            "seeds": [args.seed + i for i in range(len(found["B"]))],
+            "arms": arms_out,
+            "ratio_b_over_a": paired_ratio(found["A"], found["B"]),
+        }
+
+    for i in range(args.engines):
+        for arm in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            began = time.monotonic()
+            engine = start(runtime, arms[arm], platform)
+            try:
+                request = MeasureRequest(seed=args.seed + i, target_rate=target, precise=True)
+                m = measure(engine.base_url, request)
+            finally:
+                engine.stop()
+            if m.capacity is None:
+                raise SystemExit("the measurement found no capacity")
+            found[arm].append(m.capacity)
+            seconds[arm].append(round(time.monotonic() - began, 1))
+            print(f"  pair {i + 1} arm {arm}: {m.capacity.describe()}  ({seconds[arm][-1]:.0f} s)",
+                  flush=True)  # fmt: skip
+        if args.json_every:
+            write(result(), args.results / name)
+    out = result()
+    for arm in ("A", "B"):
+        a = out["arms"][arm]
+        print(f"  arm {arm}: median {statistics.median(a['estimates']):.3g} req/s, highest/lowest "
+              f"{a['spread']:.3f}x, within sd {a['within_sd']:.3f}, sigma_b {a['sigma_b']:.3f}, "
+              f"intervals holding the median {a['intervals_holding_the_median']} of "
+              f"{len(a['estimates'])}")  # fmt: skip
+    r = out["ratio_b_over_a"]
+    print(f"  B / A, paired: {r['ratio']:.3f}x [{r['low']:.3f}, {r['high']:.3f}] (95%, "
+          f"{r['pairs']} pairs)")  # fmt: skip
+    write(out, args.results / name)
+    return 0
+
+
+def paired_ratio(a: list[Any], b: list[Any]) -> dict[str, Any]:
+    """B over A on the pairs both arms measured: the geometric mean of the pairs' ratios with a
+    95% t interval over their ln ratios (NaN-free: null until two pairs are in)."""
+    logs = [math.log(y.rate / x.rate) for x, y in zip(a, b, strict=False)]
+    if len(logs) < 2:
+        return {"pairs": len(logs), "ratio": None, "low": None, "high": None, "logs": logs}
+    mean = statistics.fmean(logs)
+    half = T95[len(logs) - 1] * statistics.stdev(logs) / math.sqrt(len(logs))
+    return {"pairs": len(logs), "ratio": math.exp(mean), "low": math.exp(mean - half),
+            "high": math.exp(mean + half), "logs": logs}  # fmt: skip
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+"""Student's t, two-sided 95%, by degrees of freedom (the pairs less one)."""
 
 
 def write(result: dict[str, Any], path: Path) -> None:

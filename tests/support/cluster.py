@@ -71,18 +71,24 @@ class Cluster:
 
     def install_crd(self) -> None:
         """Applies crds/ and waits until the API server serves LLMDeployments."""
-        self.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        self.install_crds([ROOT / "crds"], ["llmdeployments.slotune.dev"])
+
+    def install_crds(self, paths: list[Path], names: list[str]) -> None:
+        """Applies CRD files (or folders of them) server-side and waits until each CRD named
+        (`<plural>.<group>`) is established."""
+        for path in paths:
+            self.kubectl("apply", "--server-side", "-f", str(path))
         # Polled rather than `kubectl wait`, which fails outright ("accessor error") when it
         # reads the CRD before the server has given it any condition.
         established = "{.status.conditions[?(@.type=='Established')].status}"
-        wait_for(
-            "the CRD to be established",
-            lambda: self.kubectl(
-                "get", "crd/llmdeployments.slotune.dev", "-o", f"jsonpath={established}",
-                check=False,
-            ).stdout.strip() == "True",
-            timeout=60,
-        )  # fmt: skip
+        for name in names:
+            wait_for(
+                f"the CRD {name} to be established",
+                lambda name=name: self.kubectl(
+                    "get", f"crd/{name}", "-o", f"jsonpath={established}", check=False,
+                ).stdout.strip() == "True",
+                timeout=60,
+            )  # fmt: skip
 
     def install_operator_rbac(self, kubeconfig: Path) -> Path:
         """Applies the chart's ServiceAccount, ClusterRole and binding; writes a kubeconfig
