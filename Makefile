@@ -15,15 +15,15 @@ integration: setup
 	SLOTUNE_K8S_BIN=$$(scripts/build-control-plane.sh --print-dir) $(PY) -m pytest tests/integration
 
 lint: setup
-	.venv/bin/ruff check operator tests scripts bench
-	.venv/bin/ruff format --check operator tests scripts bench
+	.venv/bin/ruff check operator tests scripts bench tools
+	.venv/bin/ruff format --check operator tests scripts bench tools
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 	$$(scripts/build-control-plane.sh --print-dir)/helm lint --strict charts/slotune
 
 format: setup
-	.venv/bin/ruff format operator tests scripts bench
-	.venv/bin/ruff check --fix operator tests scripts bench
+	.venv/bin/ruff format operator tests scripts bench tools
+	.venv/bin/ruff check --fix operator tests scripts bench tools
 
 generate: setup   ## CRD from the models, chart CRD copy, manifests/ from the chart
 	scripts/generated.sh generate

@@ -3,7 +3,8 @@
 # for, from their pinned Go modules, as the control plane itself comes from Kubernetes' module:
 #
 # - the Prometheus Operator (github.com/prometheus-operator/prometheus-operator): PodMonitor,
-#   PrometheusRule, and the Prometheus and ServiceMonitor kinds its operator needs to run;
+#   PrometheusRule, and the rest of its kinds, which its operator watches when it runs
+#   (scripts/build-prometheus-operator.sh);
 # - the Gateway API Inference Extension (sigs.k8s.io/gateway-api-inference-extension):
 #   InferencePool (inference.networking.k8s.io/v1).
 #
@@ -14,11 +15,10 @@
 # named as the projects name them. Later calls return at once.
 set -euo pipefail
 
-PROMETHEUS_OPERATOR="v0.94.0"
+PROMETHEUS_OPERATOR="v0.93.0"
 INFERENCE_EXTENSION="v1.6.2"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/slotune/crds"
 DIR="$CACHE_ROOT/prometheus-operator-$PROMETHEUS_OPERATOR+inference-extension-$INFERENCE_EXTENSION"
-PROMETHEUS_CRDS=(podmonitors prometheusrules prometheuses servicemonitors)
 
 log() { printf '[fetch-platform-crds] %s\n' "$*" >&2; }
 
@@ -47,9 +47,7 @@ TMP="$(mktemp -d "$CACHE_ROOT/.tmp-crds.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 log "fetching github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR"
 src="$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR")"
-for crd in "${PROMETHEUS_CRDS[@]}"; do
-  cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$TMP/"
-done
+cp "$src"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$TMP/"
 log "fetching sigs.k8s.io/gateway-api-inference-extension@$INFERENCE_EXTENSION"
 src="$(module_dir "sigs.k8s.io/gateway-api-inference-extension@$INFERENCE_EXTENSION")"
 cp "$src/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "$TMP/"

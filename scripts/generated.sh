@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generated files have one source and a check.
 #   generated.sh generate   crds/ from the models; the chart's CRD copy from crds/;
-#                           manifests/slotune.yaml from the chart (helm template)
+#                           manifests/slotune.yaml from the chart (helm template); the
+#                           Argo CD health check's test cases from the operator's statuses
 #   generated.sh check      fails, naming each file, when any of them differs from what
 #                           generate would write (someone edited a generated file by hand)
 # ROOT (default: the repository) lets tests run the check on a copy.
@@ -10,6 +11,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="${ROOT:-$(dirname "$here")}"
 slotune="${SLOTUNE:-$root/.venv/bin/slotune}"
 [[ -x "$slotune" ]] || slotune="$(dirname "$here")/.venv/bin/slotune"
+python="$(dirname "$slotune")/python"
 helm="${HELM:-$("$here/build-control-plane.sh" --print-dir)/helm}"
 crd_file=slotune.dev_llmdeployments.yaml
 namespace=slotune-system
@@ -24,6 +26,7 @@ case "${1:-}" in
     (cd "$root" && "$slotune" crds generate --dir crds)
     cp "$root/crds/$crd_file" "$root/charts/slotune/crds/$crd_file"
     render_manifests > "$root/manifests/slotune.yaml"
+    "$python" "$root/tools/argocd/cases.py"
     echo "Wrote charts/slotune/crds/$crd_file and manifests/slotune.yaml"
     ;;
   check)
@@ -37,6 +40,7 @@ case "${1:-}" in
       echo "manifests/slotune.yaml differs from the chart's rendering; run scripts/generated.sh generate" >&2
       failed=1
     fi
+    "$python" "$root/tools/argocd/cases.py" --check || failed=1
     [[ $failed == 0 ]] && echo "Generated files match their sources"
     exit $failed
     ;;

@@ -17,8 +17,8 @@ SLOTUNE_OPERATOR_IMAGE="$(scripts/build-image.sh | tail -n 1)"  # a failed build
 export SLOTUNE_OPERATOR_IMAGE
 
 echo "== lint" >&2
-.venv/bin/ruff check operator tests scripts bench
-.venv/bin/ruff format --check operator tests scripts bench
+.venv/bin/ruff check operator tests scripts bench tools
+.venv/bin/ruff format --check operator tests scripts bench tools
 .venv/bin/mypy
 .venv/bin/lint-imports
 "$HELM" lint --strict charts/slotune

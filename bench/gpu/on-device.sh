@@ -43,6 +43,13 @@
 #                                           capacity_repeatability.py, part 1 only; engine i
 #                                           uses workload seed SEED+i, default 100); the JSON
 #                                           (/tmp/slotune-repeat/) is rewritten after each engine
+#   bench/gpu/on-device.sh cache            starts, in the background, bench/gpu/compile_cache.py
+#                                           on the card's study spec: engine starts with an
+#                                           empty and a warm shared cache folder, and trials
+#                                           that change max-num-seqs or max-num-batched-tokens
+#   bench/gpu/on-device.sh cache-follow SECONDS
+#                                           brings its log and JSON back to $OUT for SECONDS
+#                                           (or until it ends)
 #   bench/gpu/on-device.sh repeat-follow SECONDS
 #                                           brings the repeat run's log and JSON back to $OUT
 #                                           for SECONDS (or until it ends)
@@ -251,6 +258,32 @@ repeat)
     --results /tmp/slotune-repeat --json-every >>/tmp/slotune-repeat.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-repeat.pid
   echo "repeat started (pid $!); bench/gpu/on-device.sh repeat-follow SECONDS brings it back"
+  ;;
+cache)
+  # Like `repeat`: its own process session, so that it goes on across calls.
+  name="$(card)"
+  mkdir -p /tmp/slotune-cache
+  echo "== $(date -u +%FT%TZ) compile cache on $name" >>/tmp/slotune-cache.log
+  setsid bash -c '"$@"; echo "[cache run ended with status $?]"' cache \
+    python3 "$here/compile_cache.py" --spec "$here/$name-study.yaml" --platform "$name" \
+    --model-dir "$here/llama-8b" --work /tmp/slotune-cache-work \
+    --json "/tmp/slotune-cache/$name-compile-cache.json" >>/tmp/slotune-cache.log 2>&1 </dev/null &
+  echo "$!" >/tmp/slotune-cache.pid
+  echo "cache run started (pid $!); bench/gpu/on-device.sh cache-follow SECONDS brings it back"
+  ;;
+cache-follow)
+  seconds="${2:?cache-follow SECONDS}"
+  pid="$(cat /tmp/slotune-cache.pid)"
+  bring_back() {
+    cp /tmp/slotune-cache.log "$OUT/cache.log" 2>/dev/null || true
+    cp /tmp/slotune-cache/*.json "$OUT/" 2>/dev/null || true
+    return 0
+  }
+  if follow_run "$pid" "$seconds"; then
+    echo "the cache run has ended"
+    tar -czf "$OUT/cache-engine-logs.tar.gz" -C /tmp/slotune-cache-work engines 2>/dev/null || true
+  fi
+  tail -n 40 /tmp/slotune-cache.log
   ;;
 repeat-follow)
   # Copies the repeat run's log and JSON to $OUT every 5 s, for SECONDS or until it ends.

@@ -73,10 +73,10 @@ def test_operator_runs_non_root_read_only_with_a_liveness_probe(helm: Path) -> N
 
 
 def copy_of_repository(tmp_path: Path) -> Path:
-    for part in ("crds", "charts", "manifests", "operator", "pyproject.toml"):
+    for part in ("crds", "charts", "manifests", "operator", "tools/argocd", "pyproject.toml"):
         source = ROOT / part
         if source.is_dir():
-            shutil.copytree(source, tmp_path / part)
+            shutil.copytree(source, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, tmp_path / part)
     return tmp_path
@@ -106,6 +106,11 @@ def check(root: Path, helm: Path) -> subprocess.CompletedProcess[str]:
             "charts/slotune/templates/_helpers.tpl",  # the RBAC rules, shared by the roles
             ('"list", "watch"]', '"list"]'),
             "manifests/",
+        ),
+        (
+            "tools/argocd/resource_customizations/slotune.dev/LLMDeployment/testdata/stale.yaml",
+            ("generation: 3", "generation: 2"),
+            "testdata/stale.yaml",
         ),
     ],
 )

@@ -10,15 +10,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from support.cluster import ROOT, Cluster
+import yaml
 
-PROMETHEUS_OPERATOR = (
-    "podmonitors.monitoring.coreos.com",
-    "prometheusrules.monitoring.coreos.com",
-    "prometheuses.monitoring.coreos.com",
-    "servicemonitors.monitoring.coreos.com",
-)
-INFERENCE_EXTENSION = ("inferencepools.inference.networking.k8s.io",)
+from support.cluster import ROOT, Cluster
 
 
 def platform_crd_dir() -> Path:
@@ -30,6 +24,12 @@ def platform_crd_dir() -> Path:
     return Path(fetched.stdout.strip().splitlines()[-1])
 
 
-def install_platform_crds(cluster: Cluster) -> None:
-    """Applies every fetched CRD and waits until each is established."""
-    cluster.install_crds([platform_crd_dir()], [*PROMETHEUS_OPERATOR, *INFERENCE_EXTENSION])
+def install_platform_crds(cluster: Cluster) -> list[str]:
+    """Applies every fetched CRD, waits until each is established, and returns their names."""
+    folder = platform_crd_dir()
+    names = [
+        yaml.safe_load(path.read_text())["metadata"]["name"]
+        for path in sorted(folder.glob("*.yaml"))
+    ]
+    cluster.install_crds([folder], names)
+    return names
