@@ -37,6 +37,7 @@ PLURALS: dict[str, str] = {
     "Deployment": "deployments",
     "Service": "services",
     "PodMonitor": "podmonitors",
+    "InferencePool": "inferencepools",
     "Pod": "pods",
     "ConfigMap": "configmaps",
     "Job": "jobs",

@@ -651,6 +651,40 @@ class MonitoringSpec(ApiModel):
     )
 
 
+class EndpointPickerRef(ApiModel):
+    """The Service of an Endpoint Picker (EPP) in the LLMDeployment's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the EPP's Service.")
+    port: int = Field(
+        ge=1,
+        le=65535,
+        description="The Service's port the gateway calls the EPP on (its service port, not "
+        "the container's).",
+    )
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default="FailClose",
+        description="When the EPP does not answer: FailClose fails the request; FailOpen lets "
+        "the gateway send it to a pod of its own choosing.",
+    )
+
+
+class InferencePoolSpec(ApiModel):
+    """An InferencePool (Gateway API Inference Extension) of the serving pods, for a gateway."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Render an InferencePool named like the LLMDeployment that selects its "
+        "serving pods (never trial or load pods) on the engine's port. Needs the "
+        "InferencePool CRD in the cluster.",
+    )
+    endpoint_picker_ref: EndpointPickerRef | None = Field(
+        default=None,
+        description="The Endpoint Picker that chooses a pod for each request. slotune does "
+        "not deploy one: name the EPP you run for this pool. Unset, the pool names none, for "
+        "a gateway that provides its own.",
+    )
+
+
 MIN_REPLICAS, MAX_REPLICAS = 1, 10
 
 
@@ -741,6 +775,7 @@ class LLMDeploymentSpec(ApiModel):
     slo: SloSpec | None = None
     tuning: TuningSpec = Field(default_factory=TuningSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec)
 
     @model_validator(mode="after")
     def _tuning_needs_slo(self) -> LLMDeploymentSpec:

@@ -37,6 +37,7 @@ from slotune.status import (
 )
 
 POD_MONITOR_API = "monitoring.coreos.com/v1"
+INFERENCE_POOL_API = "inference.networking.k8s.io/v1"
 
 
 @dataclass
@@ -136,11 +137,7 @@ def reconcile(
     if spec is not None and not problems:
         problems += _privilege(spec, owner.namespace, kube)
         has_pod_monitor = kube.has_api(POD_MONITOR_API, "podmonitors")
-        if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
-            problems.append(
-                "spec.monitoring.podMonitor: Enabled, but the cluster has no PodMonitor CRD "
-                "(monitoring.coreos.com/v1); install the Prometheus Operator or set Auto"
-            )
+        problems += _missing_apis(spec, kube, has_pod_monitor)
     if spec is not None and not problems:
         events += _image_notes(spec, meta, previous)
         conflicts = _conflicts(owner, spec, kube, deployment, has_pod_monitor)
@@ -168,7 +165,13 @@ def reconcile(
             owner, serving, previous, decision.tuning, watch, kube, deployment, now, events
         )
         deployment, rejected, apply_failure, applied = _apply_or_explain(
-            owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
+            owner,
+            serving,
+            kube,
+            deployment,
+            has_pod_monitor=has_pod_monitor,
+            pool_served=_pool_served(previous),
+            events=events,
         )
         problems += rejected
         deployment, apply_failure, serving_spec = _after_apply(
@@ -340,6 +343,24 @@ def _image_notes(
     return [Event("Warning", "FlagsCheckedAgainstOtherVersion", note)] if note else []
 
 
+def _missing_apis(spec: LLMDeploymentSpec, kube: KubeApi, has_pod_monitor: bool) -> list[str]:
+    """What the spec switches on that needs a CRD the cluster does not serve, and what to
+    install."""
+    found = []
+    if spec.monitoring.pod_monitor == "Enabled" and not has_pod_monitor:
+        found.append(
+            "spec.monitoring.podMonitor: Enabled, but the cluster has no PodMonitor CRD "
+            "(monitoring.coreos.com/v1); install the Prometheus Operator or set Auto"
+        )
+    if spec.inference_pool.enabled and not kube.has_api(INFERENCE_POOL_API, "inferencepools"):
+        found.append(
+            "spec.inferencePool.enabled: true, but the cluster has no InferencePool CRD "
+            "(inference.networking.k8s.io/v1); install the Gateway API Inference Extension's "
+            "CRDs (v1.0 or later) or set enabled: false"
+        )
+    return found
+
+
 def _privilege(spec: LLMDeploymentSpec, namespace: str, kube: KubeApi) -> list[str]:
     """The privilege the spec asks for that its namespace's Pod Security level does not allow
     (the namespace is read only when the spec asks for any)."""
@@ -384,9 +405,22 @@ def _keep_last_good(
     ):
         serving = serving.model_copy(update={"replicas": previous.scaling.desired_replicas})
     deployment, _, apply_failure, _ = _apply_or_explain(
-        owner, serving, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
+        owner,
+        serving,
+        kube,
+        deployment,
+        has_pod_monitor=has_pod_monitor,
+        pool_served=False,  # the last good spec is the one served: nothing switched off
+        events=events,
     )
     return deployment, apply_failure
+
+
+def _pool_served(previous: LLMDeploymentStatus) -> bool:
+    """Whether the last spec applied whole had an InferencePool: only then can one of ours be
+    left to remove, so a spec that never had one costs no request for it."""
+    pool = (previous.serving_spec or {}).get("inferencePool") or {}
+    return pool.get("enabled") is True
 
 
 def _apply_or_explain(
@@ -396,6 +430,7 @@ def _apply_or_explain(
     deployment: dict[str, Any] | None,
     *,
     has_pod_monitor: bool,
+    pool_served: bool,
     events: list[Event],
 ) -> tuple[dict[str, Any] | None, list[str], str | None, bool]:
     """Applies the children: the Deployment as it now is, the problems of a rendered object the
@@ -404,7 +439,13 @@ def _apply_or_explain(
     itself went in. Drift taken back is added to `events`."""
     try:
         applied = _apply_children(
-            owner, spec, kube, deployment, has_pod_monitor=has_pod_monitor, events=events
+            owner,
+            spec,
+            kube,
+            deployment,
+            has_pod_monitor=has_pod_monitor,
+            pool_served=pool_served,
+            events=events,
         )
     except ChildApplyError as failed:
         exc = failed.error
@@ -426,11 +467,13 @@ def _apply_children(
     live_deployment: dict[str, Any] | None,
     *,
     has_pod_monitor: bool,
+    pool_served: bool,
     events: list[Event],
 ) -> dict[str, Any] | None:
     """Applies every child, after taking back what others added to the lists slotune renders
-    whole; returns the Deployment as the server now has it. Raises `ChildApplyError` for the
-    first child the server answers with an error."""
+    whole, and removes those switched off (an InferencePool only when `pool_served`); returns
+    the Deployment as the server now has it. Raises `ChildApplyError` for the first child the
+    server answers with an error."""
     deployment: dict[str, Any] | None = None
     for child in render.render_children(owner, spec, pod_monitor_crd_present=has_pod_monitor):
         try:
@@ -444,9 +487,13 @@ def _apply_children(
             raise ChildApplyError(child, exc, deployment) from exc
         if child["kind"] == "Deployment":
             deployment = applied
+    switched_off = []
     if has_pod_monitor and not render.wants_pod_monitor(spec, has_pod_monitor):
-        # Switched off: remove the PodMonitor we made earlier, never one of someone else's.
-        ref = Ref(POD_MONITOR_API, "PodMonitor", owner.namespace, owner.name)
+        switched_off.append(Ref(POD_MONITOR_API, "PodMonitor", owner.namespace, owner.name))
+    if pool_served and not spec.inference_pool.enabled:
+        switched_off.append(Ref(INFERENCE_POOL_API, "InferencePool", owner.namespace, owner.name))
+    for ref in switched_off:
+        # Remove the one we made earlier, never one of someone else's.
         existing = kube.get(ref)
         if existing is not None and _owned_by(existing, owner):
             kube.delete(ref)

@@ -315,6 +315,36 @@ def wants_pod_monitor(spec: models.LLMDeploymentSpec, pod_monitor_crd_present: b
     return mode == "Enabled" or (mode == "Auto" and pod_monitor_crd_present)
 
 
+def render_inference_pool(owner: Owner, spec: models.LLMDeploymentSpec) -> dict[str, Any]:
+    """A Gateway API Inference Extension InferencePool of the serving pods.
+
+    It selects them as the Service does: trial and load pods carry another component, so no
+    gateway sends a user's request to a canary, and the config hash is not among the labels,
+    so the pool keeps the pods of a promoted configuration through its rollout. The fields the
+    CRD would default are written out, so the pool the server stores is the one rendered.
+    """
+    pool: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(owner, spec.engine.kind)},
+        "targetPorts": [{"number": engine_of(spec).port}],
+        "appProtocol": "http",
+    }
+    picker = spec.inference_pool.endpoint_picker_ref
+    if picker is not None:
+        pool["endpointPickerRef"] = {
+            "group": "",
+            "kind": "Service",
+            "name": picker.name,
+            "port": {"number": picker.port},
+            "failureMode": picker.failure_mode,
+        }
+    return {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": _metadata(owner, spec, owner.name),
+        "spec": pool,
+    }
+
+
 def render_children(
     owner: Owner, spec: models.LLMDeploymentSpec, *, pod_monitor_crd_present: bool
 ) -> list[dict[str, Any]]:
@@ -326,6 +356,8 @@ def render_children(
     ]
     if with_monitor:
         children.append(render_pod_monitor(owner, spec))
+    if spec.inference_pool.enabled:
+        children.append(render_inference_pool(owner, spec))
     return children
 
 

@@ -123,7 +123,7 @@ def cases() -> list[Case]:
             "terminating",
             llmd(operator_status(ready=2), deleting=True),
             "Progressing",
-            "Being deleted: waiting for the garbage collector to remove its pods and other children",
+            "Being deleted: waiting for its pods and other children to go",
         ),
         Case(
             "invalid",

@@ -42,6 +42,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# spec.inferencePool: applied (a server-side apply that creates needs create), read to tell
+# ours from another's, deleted when switched off.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "create", "patch", "delete"]
 # Tuning: a trial's canary pod, the load Job that measures it (its result comes back as the
 # Job pod's termination message, in the pod's status), the serving pods a promotion is
 # checked on, and the ConfigMap that keeps a study's trial records.

@@ -33,7 +33,7 @@ end
 
 if obj.metadata.deletionTimestamp ~= nil then
   hs.status = "Progressing"
-  hs.message = "Being deleted: waiting for the garbage collector to remove its pods and other children"
+  hs.message = "Being deleted: waiting for its pods and other children to go"
   return hs
 end
 
