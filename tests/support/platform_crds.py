@@ -27,8 +27,10 @@ def platform_crd_dir() -> Path:
 def install_platform_crds(cluster: Cluster) -> list[str]:
     """Applies every fetched CRD, waits until each is established, and returns their names."""
     folder = platform_crd_dir()
+    # BaseLoader: every scalar a string (a Prometheus Operator CRD lists "=" among an enum's
+    # values, which YAML 1.1's value tag makes unreadable to the safe loader).
     names = [
-        yaml.safe_load(path.read_text())["metadata"]["name"]
+        yaml.load(path.read_text(), Loader=yaml.BaseLoader)["metadata"]["name"]  # noqa: S506 - BaseLoader builds no objects
         for path in sorted(folder.glob("*.yaml"))
     ]
     cluster.install_crds([folder], names)
