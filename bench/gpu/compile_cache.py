@@ -3,7 +3,8 @@
 Each start of vLLM compiles the model (torch.compile: Dynamo, Inductor, Triton kernels) and
 captures CUDA graphs. vLLM keeps the compiled artefacts under `VLLM_CACHE_ROOT`, keyed by a
 hash of the configuration that shapes the graph (`max_num_batched_tokens` is in that key;
-`max_num_seqs` is not), and Inductor and Triton keep theirs in folders of their own. A folder
+`max_num_seqs` is not in vLLM 0.24's, the GPU bundle's, but is in 0.32's), and Inductor and
+Triton keep theirs in folders of their own. A folder
 shared by every trial pod (a PVC) keeps all three between starts.
 
 Engines start one after another, each timed from process start to a healthy `/health`
@@ -13,7 +14,7 @@ Engines start one after another, each timed from process start to a healthy `/he
 
     cold      vLLM's defaults, an empty folder
     warm      the same configuration again, the same folder
-    seqs      only max_num_seqs changed (outside vLLM's compile-cache key)
+    seqs      only max_num_seqs changed (outside vLLM 0.24's compile-cache key)
     batched   max_num_batched_tokens changed (inside the key)
     cold      vLLM's defaults, a new empty folder (a second cold start: the machine's own
               first-start costs, such as reading the libraries from disk, fall on the first)
