@@ -113,22 +113,48 @@ class PvcSource(ApiModel):
     )
 
 
+class ImageSource(ApiModel):
+    """Serve the model from an OCI image that holds it, mounted as a read-only image volume."""
+
+    reference: str = Field(
+        min_length=1,
+        max_length=512,
+        description="The image, as a container's image is written (registry/name:tag or "
+        "registry/name@sha256:...). Needs Kubernetes 1.35 or later (1.33 and 1.34: the "
+        "ImageVolume feature gate on), and a container runtime with image volumes.",
+    )
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None,
+        description="When the node pulls it; unset: Always for a :latest tag, IfNotPresent "
+        "otherwise.",
+    )
+    path: str = Field(
+        default="",
+        description="Folder of the model inside the image; empty for the image's root.",
+    )
+
+
 class RandomWeightsSource(ApiModel):
     """No weights: the model's architecture (its config.json) with random weights, which is
     all a load test or a latency benchmark needs (`--load-format dummy`)."""
 
 
+_ONE_SOURCE = (
+    "set exactly one of model.source.huggingFace, model.source.pvc, model.source.image or "
+    "model.source.randomWeights"
+)
+
+
 class ModelSource(ApiModel):
-    """Where the weights come from: exactly one of huggingFace, pvc or randomWeights."""
+    """Where the weights come from: exactly one of huggingFace, pvc, image or randomWeights."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    "[has(self.huggingFace), has(self.pvc), has(self.randomWeights)]"
-                    ".exists_one(x, x)",
-                    "set exactly one of model.source.huggingFace, model.source.pvc or "
-                    "model.source.randomWeights",
+                    "[has(self.huggingFace), has(self.pvc), has(self.image), "
+                    "has(self.randomWeights)].exists_one(x, x)",
+                    _ONE_SOURCE,
                 )
             ]
         }
@@ -136,16 +162,14 @@ class ModelSource(ApiModel):
 
     hugging_face: HuggingFaceSource | None = None
     pvc: PvcSource | None = None
+    image: ImageSource | None = None
     random_weights: RandomWeightsSource | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSource:
-        given = [self.hugging_face, self.pvc, self.random_weights]
+        given = [self.hugging_face, self.pvc, self.image, self.random_weights]
         if sum(source is not None for source in given) != 1:
-            raise ValueError(
-                "set exactly one of model.source.huggingFace, model.source.pvc or "
-                "model.source.randomWeights"
-            )
+            raise ValueError(_ONE_SOURCE)
         return self
 
 
@@ -417,6 +441,26 @@ class SchedulingSpec(ApiModel):
     tolerations: list[FreeForm] = Field(default_factory=list, max_length=64)
     affinity: FreeForm = Field(default_factory=dict)
     priority_class_name: str | None = Field(default=None, max_length=253)
+
+
+# --- caches -------------------------------------------------------------------------------
+
+
+class CacheClaim(ApiModel):
+    """A PersistentVolumeClaim in the LLMDeployment's namespace."""
+
+    claim_name: str = Field(
+        min_length=1, max_length=253, description="Name of the PersistentVolumeClaim."
+    )
+
+
+class CacheSpec(ApiModel):
+    """The volume the pods keep the model and engine caches on."""
+
+    pvc: CacheClaim = Field(
+        description="The claim, mounted read-write by every serving and trial pod: "
+        "ReadWriteMany, or ReadWriteOnce where all of them run on the node that holds it."
+    )
 
 
 # --- SLO ----------------------------------------------------------------------------------
@@ -766,6 +810,22 @@ class LLMDeploymentSpec(ApiModel):
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    cache: CacheSpec | None = Field(
+        default=None,
+        description="A volume for the model and engine caches, mounted at /root/.cache by the "
+        "serving pods and every trial pod, with the Hugging Face hub cache (HF_HOME) and the "
+        "engine's compile caches on it (vLLM: VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, "
+        "TRITON_CACHE_DIR): no pod downloads what another has, and a trial that changes only "
+        "settings outside vLLM's compile key (gpuMemoryUtilization, enablePrefixCaching) "
+        "loads what another compiled. Pods starting together share it safely but for one "
+        "race: Triton, Inductor and vLLM's compiled artefact publish each file by renaming a "
+        "complete temporary one (a damaged vLLM artefact is compiled again), Hub downloads "
+        "too, under a file lock; only vLLM's index vllm_compile_cache.py is rewritten in "
+        "place, so a pod reading it while another writes it can fail to start (README: "
+        "Shared caches). Unset: an emptyDir per pod, so every start downloads the weights "
+        "and compiles again (slow: on an H200, 20-25 s of compilation and graph capture per "
+        "start, besides the download).",
+    )
     pod_security_context: FreeForm = Field(
         default_factory=dict,
         description="The serving and trial pods' securityContext, as written (for PSA "

@@ -57,11 +57,11 @@ def served_name(owner: Owner, spec: models.LLMDeploymentSpec) -> str:
 
 
 def model_path(spec: models.LLMDeploymentSpec) -> str:
-    """What `--model` points at: the Hub id, or the folder inside the mounted claim."""
-    pvc = spec.model.source.pvc
-    if pvc is None:
+    """What `--model` points at: the Hub id, or the folder inside the mounted claim or image."""
+    mounted = spec.model.source.pvc or spec.model.source.image
+    if mounted is None:
         return spec.model.name
-    return f"{MODEL_MOUNT}/{pvc.path.strip('/')}".rstrip("/")
+    return f"{MODEL_MOUNT}/{mounted.path.strip('/')}".rstrip("/")
 
 
 def engine_of(spec: models.LLMDeploymentSpec) -> Engine:
@@ -154,6 +154,13 @@ def _api_key_env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
 
 def _env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": f"{CACHE_MOUNT}/huggingface"}]
+    # Only on a shared volume, where another pod's start reuses what they hold: an operator
+    # upgrade must not roll every serving Deployment that sets no cache.
+    if spec.cache is not None:
+        env += [
+            {"name": name, "value": f"{CACHE_MOUNT}/{folder}"}
+            for name, folder in engine_of(spec).cache_dirs.items()
+        ]
     hf = spec.model.source.hugging_face
     if hf is not None and hf.token_secret_ref is not None:
         env.append(_from_secret("HF_TOKEN", hf.token_secret_ref))
@@ -162,23 +169,41 @@ def _env(spec: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
     return env
 
 
+def _cache_volume(spec: models.LLMDeploymentSpec) -> dict[str, Any]:
+    """The shared claim of `spec.cache`, or the pod's own emptyDir, which every start fills
+    again."""
+    if spec.cache is None:
+        return {"name": "cache", "emptyDir": {}}
+    return {"name": "cache", "persistentVolumeClaim": {"claimName": spec.cache.pvc.claim_name}}
+
+
+def _model_volume(spec: models.LLMDeploymentSpec) -> dict[str, Any] | None:
+    """The claim or image that holds the weights, mounted read-only at `MODEL_MOUNT`; None for
+    a model the engine downloads (or runs with random weights)."""
+    source = spec.model.source
+    if source.pvc is not None:
+        claim = {"claimName": source.pvc.claim_name, "readOnly": True}
+        return {"name": "model", "persistentVolumeClaim": claim}
+    if source.image is not None:
+        image = {"reference": source.image.reference}
+        if source.image.pull_policy is not None:
+            image["pullPolicy"] = source.image.pull_policy
+        return {"name": "model", "image": image}
+    return None
+
+
 def _volumes(spec: models.LLMDeploymentSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.engine.shm_size}},
-        {"name": "cache", "emptyDir": {}},
+        _cache_volume(spec),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own shared memory
         {"name": "cache", "mountPath": CACHE_MOUNT},
     ]
-    pvc = spec.model.source.pvc
-    if pvc is not None:
-        volumes.append(
-            {
-                "name": "model",
-                "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
-            }
-        )
+    model = _model_volume(spec)
+    if model is not None:
+        volumes.append(model)
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
     return volumes, mounts
 

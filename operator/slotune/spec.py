@@ -122,6 +122,9 @@ def env_set_by_slotune(spec: LLMDeploymentSpec, engine: Engine) -> dict[str, str
         why = "slotune reads it from model.source.huggingFace.tokenSecretRef"
         names["HF_TOKEN"] = why
     names[engine.api_key_env] = "put the key in a Secret and name it in engine.apiKeySecretRef"
+    if spec.cache is not None:
+        for name in engine.cache_dirs:
+            names[name] = "slotune points it at the cache volume of spec.cache"
     for name in engine.trial_env:
         names[name] = "slotune sets it on trial pods"
     return names

@@ -48,7 +48,7 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
         ),
         (
             {"model": {"name": "m", "source": {"huggingFace": {}, "pvc": {"claimName": "c"}}}},
-            "set exactly one of model.source.huggingFace, model.source.pvc or",
+            "set exactly one of model.source.huggingFace, model.source.pvc, model.source.image or",
         ),
         ({"slo": None, "tuning": {"enabled": True}}, "tuning.enabled needs an slo to tune for"),
         ({"slo": {"window": "5m"}}, "give at least one SLO target"),

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from slotune import models, render
 from support.cluster import Cluster, wait_for
 from support.engine import SERVED_NAME, TINY_MODEL, vllm_python
 from support.image import kubelet_image, operator_image
@@ -866,7 +867,7 @@ def test_launch_of_an_engine_pod(tmp_path: Path) -> None:
         pod["spec"]["containers"][0],
         pod_ip="127.0.0.9",
         commands=operator_commands(Path("/venv/bin/python")),
-        dirs=PodDirs(tmp_path),
+        dirs=PodDirs(tmp_path, tmp_path / "claims"),
         host_env={"PATH": "/bin"},
         lookup=lambda *_: None,
     )
@@ -875,6 +876,37 @@ def test_launch_of_an_engine_pod(tmp_path: Path) -> None:
     assert launch.env["HF_HOME"] == str(tmp_path / "volumes" / "cache" / "huggingface")
     assert launch.env["POD_IP"] == "127.0.0.9"
     assert launch.env["PATH"] == "/bin"
+
+
+def test_pods_that_mount_one_claim_share_its_folder(tmp_path: Path) -> None:
+    """A ReadWriteMany cache claim (`spec.cache`): two trial pods' caches land in the one folder
+    of the claim, as on a node where both mount it."""
+    owner = render.Owner(name="chat", namespace="ns", uid="u")
+    spec = models.LLMDeploymentSpec.model_validate(
+        {"model": {"name": "tiny"}, "cache": {"pvc": {"claimName": "llm-cache"}}}
+    )
+    claims = tmp_path / "claims"
+    envs = []
+    for trial in (1, 2):
+        pod = render.render_trial_pod(owner, spec, {}, 1, trial)
+        pod["metadata"]["uid"] = f"uid-{trial}"
+        dirs = PodDirs(tmp_path / f"trial-{trial}", claims)
+        launch = plan_launch(
+            pod,
+            pod["spec"]["containers"][0],
+            pod_ip=loopback_ip(trial),
+            commands=operator_commands(Path("/venv/bin/python")),
+            dirs=dirs,
+            host_env={"PATH": "/bin"},
+            lookup=lambda *_: None,
+        )
+        envs.append(launch.env)
+    shared = claims / "ns" / "llm-cache"
+    for env in envs:
+        assert env["HF_HOME"] == str(shared / "huggingface")
+        assert env["VLLM_CACHE_ROOT"] == str(shared / "vllm")
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == str(shared / "torchinductor")
+        assert env["TRITON_CACHE_DIR"] == str(shared / "triton")
 
 
 def test_phase_as_the_kubelet_decides_it() -> None:

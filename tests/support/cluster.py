@@ -66,7 +66,9 @@ class Cluster:
         return obj
 
     def apply(self, obj: dict[str, Any] | str, *extra: str) -> subprocess.CompletedProcess[str]:
-        text = obj if isinstance(obj, str) else yaml.safe_dump(obj)
+        # JSON, not YAML: PyYAML leaves a string such as a config hash "123e4567" unquoted,
+        # and kubectl's YAML reads it back as a number.
+        text = obj if isinstance(obj, str) else json.dumps(obj)
         return self.kubectl("apply", "-f", "-", *extra, input=text, check=False)
 
     def install_crd(self) -> None:

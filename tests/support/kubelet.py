@@ -9,16 +9,17 @@ Pending. `Kubelet` plays both parts for one Node:
 - it binds the unscheduled pods created since it started (or those `schedule` selects);
 - it runs each container's command as a local process group, on a loopback IP of the pod's
   own (127.0.0.N), with the pod's env (and KUBERNETES_SERVICE_HOST/PORT, the API server's
-  address, as every kubelet sets them), its emptyDir and projected volumes (the
-  ServiceAccount token that admission adds to every pod: a TokenRequest bound to the pod,
-  the cluster's CA from kube-root-ca.crt, the namespace) and its termination-message file
-  mapped to local paths, and the output in a log file per container;
+  address, as every kubelet sets them), its emptyDir, projected and persistentVolumeClaim
+  volumes (the projected ServiceAccount token that admission adds to every pod: a
+  TokenRequest bound to the pod, the cluster's CA from kube-root-ca.crt, the namespace) and
+  its termination-message file mapped to local paths, and the output in a log file per
+  container;
 - it reports status as a kubelet does: phase, container states, restarts with back-off,
   termination messages, probes and conditions; it honours deletion with a grace period;
 - it lists the pods annotated `prometheus.io/scrape: "true"` in a Prometheus file_sd file.
 
 A pod whose image is one of the kubelet's `images` (the operator image, `make image`) runs as
-a real container under podman and runc, with its command, args, env, emptyDir and
+a real container under podman and runc, with its command, args, env, emptyDir, claim and
 projected volumes (read-only), termination-message file and securityContext. Other pods
 have no image here: a container's command (`command` + `args`) is looked up by prefix in a
 table of `Executable`s.
@@ -36,10 +37,15 @@ Library use::
         PrometheusServer(prometheus_binary(), prom_dir, file_sd=kubelet.file_sd)
         print(kubelet.log_tails())  # or kubelet.logs(namespace, pod, container)
 
+A persistentVolumeClaim is kept small: each claim is one folder under the work dir's `claims/`,
+made at first use and shared by every pod that mounts it, as a ReadWriteMany claim is (a
+shared model or compile cache); the claim object itself is never read, so nothing is bound,
+sized or refused for its access modes.
+
 Not modelled: init and ephemeral containers, exec and gRPC probes (they always pass), volumes
-other than emptyDir and projected, token rotation (a projected token is requested at each
-container start and lives its expirationSeconds), resource limits and admission (every pod
-fits), `hostNetwork`, `workingDir`, readiness gates, `kubectl logs`/`exec` (there is no
+of other kinds (an image volume among them), token rotation (a projected token is requested at
+each container start and lives its expirationSeconds), resource limits and admission (every
+pod fits), `hostNetwork`, `workingDir`, readiness gates, `kubectl logs`/`exec` (there is no
 kubelet server).
 """
 
@@ -236,12 +242,17 @@ class ContainerConfigError(Exception):
 
 @dataclass(frozen=True)
 class PodDirs:
-    """Where one pod's files live on this machine."""
+    """Where one pod's files live on this machine, and the node's claims it may mount."""
 
     root: Path
+    claims: Path
 
     def volume(self, name: str) -> Path:
         return self.root / "volumes" / name
+
+    def claim(self, namespace: str, name: str) -> Path:
+        """A PersistentVolumeClaim's folder: one per claim, whichever pod mounts it."""
+        return self.claims / namespace / name
 
     def log(self, container: str) -> Path:
         return self.root / f"{container}.log"
@@ -396,8 +407,17 @@ def projected_files(
     return files
 
 
-def _volume_names(pod: Pod, *kinds: str) -> set[str]:
-    return {v["name"] for v in pod["spec"].get("volumes") or [] if any(k in v for k in kinds)}
+def volume_dirs(pod: Pod, dirs: PodDirs) -> dict[str, Path]:
+    """The local folder behind each volume of the pod this kubelet backs, by volume name: the
+    pod's own for an emptyDir or projected volume, the claim's for a persistentVolumeClaim."""
+    found = {}
+    for volume in pod["spec"].get("volumes") or []:
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            found[volume["name"]] = dirs.claim(pod["metadata"]["namespace"], claim)
+        elif "emptyDir" in volume or "projected" in volume:
+            found[volume["name"]] = dirs.volume(volume["name"])
+    return found
 
 
 def match_command(argv: Sequence[str], commands: Commands) -> tuple[int, Executable]:
@@ -414,14 +434,15 @@ def match_command(argv: Sequence[str], commands: Commands) -> tuple[int, Executa
 
 
 def local_mounts(pod: Pod, container: dict[str, Any], dirs: PodDirs) -> list[tuple[str, str]]:
-    """(mount path, local dir) of the container's emptyDir and projected mounts, longest path
-    first. Mounts under /dev (the shared-memory emptyDir at /dev/shm) stay the machine's own."""
-    local_volumes = _volume_names(pod, "emptyDir", "projected")
+    """(mount path, local dir) of the container's mounts of the volumes in `volume_dirs`,
+    longest path first. Mounts under /dev (the shared-memory emptyDir at /dev/shm) stay the
+    machine's own."""
+    local_volumes = volume_dirs(pod, dirs)
     mounts = []
     for mount in container.get("volumeMounts") or []:
         path = mount["mountPath"].rstrip("/") or "/"
         if mount["name"] in local_volumes and not path.startswith("/dev/"):
-            local = dirs.volume(mount["name"]) / mount.get("subPath", "")
+            local = local_volumes[mount["name"]] / mount.get("subPath", "")
             mounts.append((path, str(local).rstrip("/")))
     return sorted(mounts, key=lambda m: len(m[0]), reverse=True)
 
@@ -516,9 +537,10 @@ def podman_launch(
     dirs: PodDirs,
     host_env: Mapping[str, str],
 ) -> Launch:
-    """`podman run` of a container as its pod declares it: command and args, env, emptyDir
-    volumes, the termination-message file, and the securityContext (user, read-only root,
-    capabilities, privilege escalation) with `runAsNonRoot` checked as a kubelet checks it.
+    """`podman run` of a container as its pod declares it: command and args, env, emptyDir,
+    claim and projected volumes, the termination-message file, and the securityContext (user,
+    read-only root, capabilities, privilege escalation) with `runAsNonRoot` checked as a
+    kubelet checks it.
     The pod's network is the host's: pod IPs are loopback addresses of this machine."""
     pod_sc = pod["spec"].get("securityContext") or {}
     sc = {**pod_sc, **(container.get("securityContext") or {})}
@@ -546,16 +568,21 @@ def podman_launch(
     capabilities = sc.get("capabilities") or {}
     argv += [f"--cap-drop={c}" for c in capabilities.get("drop") or []]
     argv += [f"--cap-add={c}" for c in capabilities.get("add") or []]
-    empty_dirs, projected = _volume_names(pod, "emptyDir"), _volume_names(pod, "projected")
+    volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+    local_volumes = volume_dirs(pod, dirs)
     for mount in container.get("volumeMounts") or []:
-        if mount["name"] in empty_dirs:
-            local = dirs.volume(mount["name"]) / mount.get("subPath", "")
-            local.mkdir(parents=True, exist_ok=True)
-            local.chmod(0o777)  # emptyDirs are writable by any user of the pod
-            argv += ["--volume", f"{local}:{mount['mountPath']}:rw"]
-        elif mount["name"] in projected:  # written by the kubelet; read-only, as Kubernetes has it
-            local = dirs.volume(mount["name"]) / mount.get("subPath", "")
+        name = mount["name"]
+        if name not in local_volumes:
+            continue
+        local = local_volumes[name] / mount.get("subPath", "")
+        if "projected" in volumes[name]:  # written by the kubelet; read-only, as Kubernetes has it
             argv += ["--volume", f"{local}:{mount['mountPath']}:ro"]
+            continue
+        local.mkdir(parents=True, exist_ok=True)
+        local.chmod(0o777)  # writable by any user of the pod, as an emptyDir is
+        claim = volumes[name].get("persistentVolumeClaim") or {}
+        mode = "ro" if mount.get("readOnly") or claim.get("readOnly") else "rw"
+        argv += ["--volume", f"{local}:{mount['mountPath']}:{mode}"]
     termination = dirs.termination_log(container["name"])
     termination.touch()
     termination.chmod(0o666)
@@ -1023,9 +1050,8 @@ class PodWorker:
         return meta["namespace"], meta["name"]
 
     def start(self) -> None:
-        for volume in self.pod["spec"].get("volumes") or []:
-            if "emptyDir" in volume:
-                self.dirs.volume(volume["name"]).mkdir(parents=True, exist_ok=True)
+        for local in volume_dirs(self.pod, self.dirs).values():
+            local.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -1580,7 +1606,8 @@ class Kubelet:
     def _add_worker(self, pod: Pod) -> None:
         meta = pod["metadata"]
         dirs = PodDirs(
-            self.work_dir / "pods" / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
+            self.work_dir / "pods" / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}",
+            self.work_dir / "claims",
         )
         dirs.root.mkdir(parents=True, exist_ok=True)
         with self._lock:

@@ -1,5 +1,7 @@
 """The API models, the generated CRD and the sample resources agree with each other."""
 
+import itertools
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,15 @@ def test_printer_columns_cover_what_on_call_needs() -> None:
         ({"model": {"name": "m", "source": {}}}, "exactly one of"),
         (
             {
+                "model": {
+                    "name": "m",
+                    "source": {"image": {"reference": "models/m:1"}, "pvc": {"claimName": "c"}},
+                }
+            },
+            r"model\.source\.pvc, model\.source\.image or",
+        ),
+        (
+            {
                 "model": {"name": "m"},
                 "engine": {"args": {"maxNumBatchedTokens": 8, "maxNumSeqs": 16}},
             },
@@ -144,6 +155,36 @@ def test_every_python_cross_field_rule_has_a_cel_twin() -> None:
         "model.servedName must not start with '-'",
     ):
         assert fragment in rules
+
+
+# One well-formed value of each model source.
+SOURCES: dict[str, dict[str, Any]] = {
+    "huggingFace": {},
+    "pvc": {"claimName": "models"},
+    "image": {"reference": "registry.example/models/m:1"},
+    "randomWeights": {},
+}
+
+
+def test_the_one_source_rule_counts_and_names_every_model_source() -> None:
+    """The server refuses two sources as the models do: the CRD's exactly-one rule counts every
+    source the schema has, and its message names each (the real server evaluates it in
+    tests/integration/test_api_server.py and test_caches.py)."""
+    source = crd_schema()["properties"]["spec"]["properties"]["model"]["properties"]["source"]
+    (rule,) = source["x-kubernetes-validations"]
+    assert set(re.findall(r"has\(self\.(\w+)\)", rule["rule"])) == set(source["properties"])
+    assert rule["rule"].endswith(".exists_one(x, x)")
+    for name in source["properties"]:
+        assert f"model.source.{name}" in rule["message"]
+    assert set(SOURCES) == set(source["properties"])
+
+
+@pytest.mark.parametrize("pair", list(itertools.combinations(SOURCES, 2)), ids="+".join)
+def test_two_model_sources_are_refused_one_is_enough(pair: tuple[str, str]) -> None:
+    for name in pair:
+        models.ModelSource.model_validate({name: SOURCES[name]})
+    with pytest.raises(ValidationError, match=r"set exactly one of model\.source"):
+        models.ModelSource.model_validate({name: SOURCES[name] for name in pair})
 
 
 @pytest.mark.parametrize(

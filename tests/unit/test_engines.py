@@ -63,6 +63,26 @@ def test_each_adapter_renders_its_own_serving_flags(engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))
+def test_each_adapter_puts_its_caches_apart_on_the_cache_volume(engine: Engine) -> None:
+    """With `spec.cache`, each cache the engine's stack writes has a folder of its own on the
+    shared volume, beside the Hub's; without, none of them is set."""
+    raw = {**raw_spec(engine.kind), "cache": {"pvc": {"claimName": "llm-cache"}}}
+    spec, problems = parse_spec(raw)
+    assert spec is not None, problems
+    pod = render.render_trial_pod(OWNER, spec, {}, 1, 1)["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    folders = [env["HF_HOME"]] + [env[name] for name in engine.cache_dirs]
+    assert folders == [
+        f"{render.CACHE_MOUNT}/{f}" for f in ("huggingface", *engine.cache_dirs.values())
+    ]
+    assert len(set(folders)) == len(folders)
+    plain, _ = parse_spec(raw_spec(engine.kind))
+    assert plain is not None
+    pod = render.render_trial_pod(OWNER, plain, {}, 1, 1)["spec"]
+    assert not {e["name"] for e in pod["containers"][0]["env"]} & set(engine.cache_dirs)
+
+
+@pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))
 def test_each_adapter_reads_an_oom_kill_as_out_of_memory(engine: Engine) -> None:
     failure = engine.classify_failure("Loading weights\n", exit_code=137, timed_out=False)
     assert failure.kind == FailureKind.OUT_OF_MEMORY
@@ -92,8 +112,9 @@ def test_vllm_stays_the_default_engine() -> None:
 
 def test_an_upgrade_that_brings_engine_kind_restarts_no_study() -> None:
     """Studies are keyed by a hash of the spec: the default engine, unset or spelled out,
-    hashes as this spec did before the field existed (3103a31f1015, computed by 47e9bd3);
-    another engine is another study."""
+    hashes as this spec did before the field existed (3103a31f1015, computed by 47e9bd3), and
+    so does a spec without the model sources added since (`image`); another engine is another
+    study."""
     raw: dict[str, Any] = {
         "model": {"name": "m"},
         "slo": {"ttft": {"maxSeconds": 2}},

@@ -72,13 +72,80 @@ def test_probes_watch_health_on_the_named_port() -> None:
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
 
 
-def test_shared_memory_and_cache_volumes() -> None:
-    dep = render.render_deployment(OWNER, spec(), annotate_for_scraping=True)
-    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
-    assert "cache" in volumes
-    mounts = {m["mountPath"] for m in container(dep)["volumeMounts"]}
-    assert {"/dev/shm", "/root/.cache"} <= mounts
+def volumes_of(pod_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod_spec["volumes"]}
+
+
+def mounts_of(pod_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in pod_spec["containers"][0]["volumeMounts"]}
+
+
+def env_of(pod_spec: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod_spec["containers"][0]["env"]}
+
+
+def serving_and_trial(s: models.LLMDeploymentSpec) -> list[dict[str, Any]]:
+    """The pod specs of the serving Deployment and of a trial pod."""
+    dep = render.render_deployment(OWNER, s, annotate_for_scraping=True)
+    trial = render.render_trial_pod(OWNER, s, {"max_num_seqs": 64}, 1, 2)
+    return [dep["spec"]["template"]["spec"], trial["spec"]]
+
+
+CACHE_VARS = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def test_shared_memory_and_a_cache_of_each_pods_own_without_spec_cache() -> None:
+    for pod in serving_and_trial(spec()):
+        volumes = volumes_of(pod)
+        assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+        assert volumes["cache"] == {"name": "cache", "emptyDir": {}}
+        assert mounts_of(pod)["cache"] == {"name": "cache", "mountPath": "/root/.cache"}
+        assert mounts_of(pod)["shm"]["mountPath"] == "/dev/shm"
+        env = env_of(pod)
+        assert env["HF_HOME"] == "/root/.cache/huggingface"
+        # As before spec.cache: an upgrade of the operator rolls no serving Deployment.
+        assert not set(CACHE_VARS) & set(env)
+
+
+def test_a_cache_claim_holds_every_cache_of_the_serving_and_trial_pods() -> None:
+    cached = spec(cache={"pvc": {"claimName": "llm-cache"}})
+    for pod in serving_and_trial(cached):
+        assert volumes_of(pod)["cache"] == {
+            "name": "cache",
+            "persistentVolumeClaim": {"claimName": "llm-cache"},
+        }
+        assert mounts_of(pod)["cache"] == {"name": "cache", "mountPath": "/root/.cache"}
+        env = env_of(pod)
+        assert {name: env[name] for name in ("HF_HOME", *CACHE_VARS)} == {
+            "HF_HOME": "/root/.cache/huggingface",
+            "VLLM_CACHE_ROOT": "/root/.cache/vllm",
+            "TORCHINDUCTOR_CACHE_DIR": "/root/.cache/torchinductor",
+            "TRITON_CACHE_DIR": "/root/.cache/triton",
+        }
+
+
+def test_a_model_claim_and_a_cache_claim_are_mounted_apart() -> None:
+    both = spec(
+        model={"name": "qwen", "source": {"pvc": {"claimName": "models", "path": "qwen"}}},
+        cache={"pvc": {"claimName": "llm-cache"}},
+    )
+    for pod in serving_and_trial(both):
+        volumes, mounts = volumes_of(pod), mounts_of(pod)
+        assert volumes["model"]["persistentVolumeClaim"] == {
+            "claimName": "models",
+            "readOnly": True,
+        }
+        assert volumes["cache"]["persistentVolumeClaim"] == {"claimName": "llm-cache"}
+        assert len(volumes) == len(pod["volumes"])  # no two volumes of one name
+        # No mount hides another: no path twice, none inside another.
+        paths = [m["mountPath"] + "/" for m in pod["containers"][0]["volumeMounts"]]
+        assert len(set(paths)) == len(paths)
+        assert not [(a, b) for a in paths for b in paths if a != b and b.startswith(a)]
+        assert mounts["model"]["readOnly"] is True
+        assert "readOnly" not in mounts["cache"]
+        args = pod["containers"][0]["args"]
+        assert args[args.index("--model") + 1] == "/models/qwen"
+        assert env_of(pod)["VLLM_CACHE_ROOT"] == "/root/.cache/vllm"
 
 
 def test_token_comes_from_the_secret_reference() -> None:
@@ -102,6 +169,41 @@ def test_pvc_source_mounts_the_claim_read_only() -> None:
     assert c["args"][1] == "/models/qwen"
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+
+
+def test_image_source_mounts_an_image_volume_read_only_at_the_model_path() -> None:
+    s = spec(
+        model={
+            "name": "meta-llama/Llama-3.1-8B-Instruct",
+            "source": {
+                "image": {
+                    "reference": "registry.example/models/llama-3.1-8b@sha256:" + "0" * 64,
+                    "pullPolicy": "IfNotPresent",
+                    "path": "/models/",
+                }
+            },
+        }
+    )
+    for pod in serving_and_trial(s):
+        assert volumes_of(pod)["model"] == {
+            "name": "model",
+            "image": {
+                "reference": "registry.example/models/llama-3.1-8b@sha256:" + "0" * 64,
+                "pullPolicy": "IfNotPresent",
+            },
+        }
+        assert mounts_of(pod)["model"] == {
+            "name": "model",
+            "mountPath": "/models",
+            "readOnly": True,
+        }
+        args = pod["containers"][0]["args"]
+        assert args[args.index("--model") + 1] == "/models/models"
+    # Unset, the pull policy is Kubernetes' own default; the image's root holds the model.
+    plain = spec(model={"name": "m", "source": {"image": {"reference": "models/m:1"}}})
+    for pod in serving_and_trial(plain):
+        assert volumes_of(pod)["model"]["image"] == {"reference": "models/m:1"}
+        assert pod["containers"][0]["args"][1] == "/models"
 
 
 def test_scheduling_fields_pass_through() -> None:

@@ -130,6 +130,16 @@ def test_an_sglang_trial_pod_gets_no_vllm_environment() -> None:
     assert pod["metadata"]["labels"][render.LABEL_NAME] == "sglang"
 
 
+def test_an_sglang_pod_on_a_cache_volume_keeps_sglangs_caches_there() -> None:
+    spec, problems = parse_spec({**raw_spec("sglang"), "cache": {"pvc": {"claimName": "c"}}})
+    assert spec is not None, problems
+    pod = render.render_trial_pod(OWNER, spec, {}, 1, 1)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["SGLANG_CACHE_DIR"] == "/root/.cache/sglang"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/root/.cache/torchinductor"
+    assert "VLLM_CACHE_ROOT" not in env
+
+
 def test_a_crashed_sglang_trial_is_read_with_sglang_patterns() -> None:
     pod = render.render_trial_pod(OWNER, sglang_spec(), {}, 1, 1)
     pod["status"] = {

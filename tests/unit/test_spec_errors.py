@@ -130,16 +130,28 @@ def test_well_formed_free_form_fields_pass() -> None:
     assert problems(spec) == []
 
 
-def test_every_variable_slotune_sets_is_reserved() -> None:
+@pytest.mark.parametrize("cache", [None, {"pvc": {"claimName": "llm-cache"}}])
+def test_every_variable_slotune_sets_is_reserved(cache: dict[str, Any] | None) -> None:
     """What render puts in the engine's environment beside `engine.env` is exactly what the
     spec check refuses there, so a duplicate can never reach the API server."""
-    spec = raw(**{"engine.apiKeySecretRef": {"name": "k", "key": "key"}})
+    spec = raw(**{"engine.apiKeySecretRef": {"name": "k", "key": "key"}, "cache": cache})
     parsed, _ = parse_spec(spec)
     assert parsed is not None
     owner = render.Owner(name="m", namespace="ns", uid="u")
     pod = render.render_trial_pod(owner, parsed, {}, 1, 0)
     rendered = {var["name"] for var in pod["spec"]["containers"][0]["env"]}
     assert rendered == set(env_set_by_slotune(parsed, engine_for("vllm")))
+
+
+def test_the_cache_variables_are_slotunes_only_with_a_cache_volume() -> None:
+    """With `spec.cache` slotune points the compile caches at the volume; without, they are the
+    user's to set."""
+    own_root = {"engine.env": [{"name": "VLLM_CACHE_ROOT", "value": "/scratch/vllm"}]}
+    assert problems(raw(**own_root)) == []
+    assert problems(raw(**own_root, cache={"pvc": {"claimName": "llm-cache"}})) == [
+        "spec.engine.env[0].name: VLLM_CACHE_ROOT is not set here: slotune points it at the "
+        "cache volume of spec.cache"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,13 @@ class Engine(Protocol):
         calls between probes (e.g. resetting the prefix cache)."""
 
     @property
+    def cache_dirs(self) -> Mapping[str, str]:
+        """The variables that place the caches the engine's stack writes (its compile caches,
+        Inductor's, Triton's), each with its folder on the cache volume. Set where
+        `spec.cache` names a volume the pods share, so a start loads what another compiled;
+        their defaults lie outside the cache mount, or follow `HOME`."""
+
+    @property
     def model_label(self) -> str:
         """The label its metrics carry the served model name in."""
 

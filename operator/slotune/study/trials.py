@@ -253,9 +253,11 @@ def spec_hash(spec: models.LLMDeploymentSpec) -> str:
     and the re-tune policy are left out, since changing them changes no measurement."""
     tuning = spec.tuning.model_dump(mode="json", exclude={"apply", "enabled", "retune"})
     identity = {
-        "model": spec.model.model_dump(mode="json"),
-        # The default engine is left out, so studies from before spec.engine.kind existed
-        # are not restarted by an upgrade.
+        # A model source added since (image) is left out while unset, and the default engine
+        # below: studies from before those fields existed are not restarted by an upgrade.
+        "model": spec.model.model_dump(
+            mode="json", exclude={"source": {"image"}} if spec.model.source.image is None else None
+        ),
         "engine": spec.engine.model_dump(
             mode="json", exclude={"kind"} if spec.engine.kind == DEFAULT_KIND else None
         ),

@@ -150,6 +150,13 @@ class Sglang:
     api_key_args = ("--api-key", "$(SGLANG_API_KEY)")
     cache_reset_path = "/flush_cache"
     trial_env: Mapping[str, str] = {}
+    # SGLang's own JIT caches (DeepGEMM's among them) live under SGLANG_CACHE_DIR
+    # (srt/environ.py, default ~/.cache/sglang); torch.compile's under Inductor's and Triton's.
+    cache_dirs: Mapping[str, str] = {
+        "SGLANG_CACHE_DIR": "sglang",
+        "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+        "TRITON_CACHE_DIR": "triton",
+    }
     model_label = "model_name"
     knobs = KNOBS
     metrics = METRICS

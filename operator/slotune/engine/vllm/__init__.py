@@ -118,6 +118,15 @@ class Vllm:
     cache_reset_path = "/reset_prefix_cache"
     # Dev mode serves POST /reset_prefix_cache, which the capacity search calls between probes.
     trial_env: Mapping[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
+    # Each default is off the cache mount or follows HOME: vLLM's is ~/.cache/vllm (envs.py),
+    # Inductor's /tmp/torchinductor_<user>, Triton's ~/.triton/cache. Where vLLM moves
+    # Inductor's under its own root to compile (compiler_interface.py, decorators.py), that
+    # is on the volume too.
+    cache_dirs: Mapping[str, str] = {
+        "VLLM_CACHE_ROOT": "vllm",
+        "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+        "TRITON_CACHE_DIR": "triton",
+    }
     model_label = "model_name"
     knobs: tuple[Knob, ...] = rules.KNOBS
     metrics: Mapping[str, tuple[str, ...]] = {name: names for name, (_, names) in SERIES.items()}
