@@ -693,6 +693,13 @@ class MonitoringSpec(ApiModel):
         description="Auto: a PodMonitor when the Prometheus Operator's CRD exists, "
         "scrape annotations otherwise.",
     )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=r"^(https?|grpc)://",
+        description="An OpenTelemetry collector the serving and trial engines send a span per "
+        "request to (vLLM's --otlp-traces-endpoint); unset, no tracing.",
+    )
 
 
 class EndpointPickerRef(ApiModel):

@@ -78,6 +78,8 @@ def engine_args(owner: Owner, spec: models.LLMDeploymentSpec) -> list[str]:
     # and 2.5 s for TTFT): bounds around each target let Prometheus judge the live SLO.
     if spec.slo is not None:
         extra += engine.observability_args(spec.slo, spec.engine.image, extra)
+    if spec.monitoring.otlp_traces_endpoint is not None:
+        extra += engine.tracing_args(spec.monitoring.otlp_traces_endpoint)
     if spec.engine.api_key_secret_ref is not None:
         extra += engine.api_key_args
     return engine.serve_args(

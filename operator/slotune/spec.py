@@ -92,9 +92,24 @@ def parse_spec(
         else []
     )
     pod_problems = env_problems(spec, engine)
+    pod_problems += tracing_problems(spec, engine)
     if schema is not None:
         pod_problems += schema(free_form_fields(spec))
     return spec, [str(v) for v in violations] + unjudged + pod_problems
+
+
+def tracing_problems(spec: LLMDeploymentSpec, engine: Engine) -> list[str]:
+    """A tracing flag in extraArgs beside spec.monitoring.otlpTracesEndpoint, which sets it."""
+    endpoint = spec.monitoring.otlp_traces_endpoint
+    if endpoint is None:
+        return []
+    given = {token.split("=", 1)[0] for token in spec.engine.extra_args if token.startswith("--")}
+    return [
+        f"spec.engine.extraArgs: {flag} is set from spec.monitoring.otlpTracesEndpoint; "
+        "give the endpoint there only"
+        for flag in engine.tracing_args(endpoint)
+        if flag.startswith("--") and flag in given
+    ]
 
 
 def free_form_fields(spec: LLMDeploymentSpec) -> list[tuple[str, str, Any]]:

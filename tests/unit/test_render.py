@@ -8,6 +8,7 @@ from tests.support.specs import llm_spec
 
 from slotune import models, render
 from slotune.measure.capacity import MeasureRequest
+from slotune.spec import parse_spec
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
 
@@ -394,3 +395,46 @@ def test_only_the_trials_load_job_reaches_the_trial_engine() -> None:
     assert allowed[render.LABEL_TRIAL] == "5"
     assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
     assert policy["metadata"]["ownerReferences"] == [OWNER.reference()]
+
+
+COLLECTOR = "http://otel-collector.observability:4317"
+
+
+def test_tracing_sends_the_serving_and_trial_engines_to_the_collector() -> None:
+    traced = spec(monitoring={"otlpTracesEndpoint": COLLECTOR})
+    serving = container(render.render_deployment(OWNER, traced, annotate_for_scraping=False))
+    trial = render.render_trial_pod(OWNER, traced, {"max_num_seqs": 64}, study=1, trial=1)
+    for args in (serving["args"], trial["spec"]["containers"][0]["args"]):
+        at = args.index("--otlp-traces-endpoint")
+        assert args[at + 1] == COLLECTOR
+    untraced = container(render.render_deployment(OWNER, spec(), annotate_for_scraping=False))
+    assert "--otlp-traces-endpoint" not in untraced["args"]
+
+
+def test_sglang_traces_only_when_asked() -> None:
+    traced = spec(
+        engine={"kind": "sglang", "image": "lmsysorg/sglang:v0.5.5"},
+        monitoring={"otlpTracesEndpoint": COLLECTOR},
+    )
+    args = container(render.render_deployment(OWNER, traced, annotate_for_scraping=False))["args"]
+    assert args[args.index("--enable-trace") + 1 : args.index("--enable-trace") + 3] == [
+        "--otlp-traces-endpoint",
+        COLLECTOR,
+    ]
+
+
+def test_a_tracing_flag_beside_the_field_says_where_it_belongs() -> None:
+    raw = json.loads(
+        spec(
+            engine={"image": "vllm/vllm-openai:v0.32.0",
+                    "extraArgs": ["--otlp-traces-endpoint=http://other:4317"]},
+            monitoring={"otlpTracesEndpoint": COLLECTOR},
+        ).model_dump_json(by_alias=True, exclude_defaults=True)
+    )  # fmt: skip
+    _, problems = parse_spec(raw)
+    assert problems == [
+        "spec.engine.extraArgs: --otlp-traces-endpoint is set from "
+        "spec.monitoring.otlpTracesEndpoint; give the endpoint there only"
+    ]
+    _, problems = parse_spec({**raw, "monitoring": {"otlpTracesEndpoint": "otel:4317"}})
+    assert any("otlpTracesEndpoint" in p for p in problems), problems

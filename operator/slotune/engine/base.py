@@ -139,6 +139,9 @@ class Engine(Protocol):
     ) -> list[str]:
         """The whole argument list after `command`."""
 
+    def tracing_args(self, endpoint: str) -> list[str]:
+        """Flags that send a span per request to an OpenTelemetry collector at `endpoint`."""
+
     def observability_args(self, slo: SloSpec, image: str, extra_args: list[str]) -> list[str]:
         """Flags that add bucket bounds around the SLO's thresholds, so Prometheus can judge
         the live SLO; empty where the image's engine has no such flag or the user set it."""

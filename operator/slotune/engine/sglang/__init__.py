@@ -181,6 +181,10 @@ class Sglang:
         rendered.append("--enable-metrics")
         return rendered + render_knobs(KNOBS, args.explicit()) + list(extra_args)
 
+    def tracing_args(self, endpoint: str) -> list[str]:
+        # SGLang traces only when asked to (`--enable-trace`); not yet run against an image.
+        return ["--enable-trace", "--otlp-traces-endpoint", endpoint]
+
     def observability_args(self, slo: SloSpec, image: str, extra_args: list[str]) -> list[str]:
         given = {_flag_of(token) for token in extra_args}
         thresholds: dict[str, list[float]] = {}

@@ -152,6 +152,9 @@ class Vllm:
             rendered += ["--tensor-parallel-size", str(tensor_parallel_size)]
         return rendered + rules.render_tuned_args(args) + list(extra_args)
 
+    def tracing_args(self, endpoint: str) -> list[str]:
+        return ["--otlp-traces-endpoint", endpoint]
+
     def observability_args(self, slo: SloSpec, image: str, extra_args: list[str]) -> list[str]:
         # vLLM's default latency buckets cannot decide most SLOs (none between 1 s and 2.5 s
         # for TTFT); the flag exists from 0.32 on.
