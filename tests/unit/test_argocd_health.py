@@ -1,7 +1,7 @@
 """The Argo CD health check has one source: `tools/argocd/.../health.lua`. The `argocd-cm`
 example in docs/argocd.md carries it verbatim, and its test cases are what
 `tools/argocd/cases.py` writes from the operator's own statuses. The check itself runs in
-gopher-lua (`tests/integration/test_argocd_health.py`)."""
+gopher-lua (`tests/integration/test_argocd_gopher_lua.py`)."""
 
 from __future__ import annotations
 
