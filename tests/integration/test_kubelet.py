@@ -30,6 +30,7 @@ from support.kubelet import (
     VLLM_COMMAND,
     ContainerConfigError,
     Executable,
+    Image,
     Kubelet,
     PodDirs,
     localize,
@@ -907,6 +908,48 @@ def test_pods_that_mount_one_claim_share_its_folder(tmp_path: Path) -> None:
         assert env["VLLM_CACHE_ROOT"] == str(shared / "vllm")
         assert env["TORCHINDUCTOR_CACHE_DIR"] == str(shared / "torchinductor")
         assert env["TRITON_CACHE_DIR"] == str(shared / "triton")
+
+
+def test_a_container_is_named_and_killed_by_its_own_name_whatever_it_mounts(
+    tmp_path: Path,
+) -> None:
+    """The runtime's name of an image's container is the one `podman run --name` got, and the
+    one a kill and the clean-up use, however many volumes it mounts (a projected token and an
+    emptyDir here, as the operator's pod has)."""
+    image = Image(name="docker.io/slotune/operator:0.1.0", user="1000")
+    pod: dict[str, Any] = {
+        "metadata": {"name": "op", "namespace": "ns", "uid": "uid-op"},
+        "spec": {
+            "volumes": [
+                {"name": "tmp", "emptyDir": {}},
+                {"name": "kube-api-access-x", "projected": {"sources": []}},
+            ],
+            "containers": [
+                {
+                    "name": "operator",
+                    "image": "slotune/operator:0.1.0",
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": "/tmp"},
+                        {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/x"},
+                    ],
+                }
+            ],
+        },
+    }
+    launch = plan_launch(
+        pod,
+        pod["spec"]["containers"][0],
+        pod_ip="127.0.0.9",
+        commands={},
+        dirs=PodDirs(tmp_path, tmp_path / "claims"),
+        host_env={"PATH": "/bin"},
+        lookup=lambda *_: None,
+        images={image.name: image},
+    )
+    named = launch.argv[launch.argv.index("--name") + 1]
+    assert "operator" in named
+    assert launch.container_id == f"podman://{named}"
+    assert launch.cleanup[-1] == named
 
 
 def test_phase_as_the_kubelet_decides_it() -> None:

@@ -571,16 +571,16 @@ def podman_launch(
     volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
     local_volumes = volume_dirs(pod, dirs)
     for mount in container.get("volumeMounts") or []:
-        name = mount["name"]
-        if name not in local_volumes:
+        volume = mount["name"]  # not `name`: that is the container's, for --name and the kill
+        if volume not in local_volumes:
             continue
-        local = local_volumes[name] / mount.get("subPath", "")
-        if "projected" in volumes[name]:  # written by the kubelet; read-only, as Kubernetes has it
+        local = local_volumes[volume] / mount.get("subPath", "")
+        if "projected" in volumes[volume]:  # the kubelet writes it; read-only, as in Kubernetes
             argv += ["--volume", f"{local}:{mount['mountPath']}:ro"]
             continue
         local.mkdir(parents=True, exist_ok=True)
         local.chmod(0o777)  # writable by any user of the pod, as an emptyDir is
-        claim = volumes[name].get("persistentVolumeClaim") or {}
+        claim = volumes[volume].get("persistentVolumeClaim") or {}
         mode = "ro" if mount.get("readOnly") or claim.get("readOnly") else "rw"
         argv += ["--volume", f"{local}:{mount['mountPath']}:{mode}"]
     termination = dirs.termination_log(container["name"])
@@ -921,13 +921,16 @@ class LocalContainer:
         OOM killer would; the next check sees the exit and the restart policy decides."""
         name = self.runtime_id.removeprefix("podman://")
         if name != self.runtime_id:
-            subprocess.run(
+            killed = subprocess.run(
                 ("podman", "kill", "--signal=KILL", name),
                 capture_output=True,
+                text=True,
                 timeout=60,
                 check=False,
                 env=self.cleanup_env,
             )
+            if killed.returncode != 0:  # a kill that did not happen must not pass unseen
+                raise RuntimeError(f"podman kill {name} failed: {killed.stderr.strip()}")
         else:
             self.signal(signal.SIGKILL)
 
