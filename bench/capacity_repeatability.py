@@ -85,6 +85,28 @@ def start(runtime: LocalRuntime, config: EngineConfig, platform: Platform) -> An
     return runtime.start(config, timeout=300 if platform.name == "cpu" else 600)
 
 
+def fresh_capacity(
+    runtime: LocalRuntime,
+    config: EngineConfig,
+    platform: Platform,
+    measure: CapacityMeasure,
+    *,
+    seed: int,
+    target: float,
+) -> Any:
+    """One capacity search on a fresh engine of `config`, on the arrivals of `seed`."""
+    began = time.monotonic()
+    engine = start(runtime, config, platform)
+    print(f"    engine started in {time.monotonic() - began:.0f} s", flush=True)
+    try:
+        m = measure(engine.base_url, MeasureRequest(seed=seed, target_rate=target, precise=True))
+    finally:
+        engine.stop()
+    if m.capacity is None:
+        raise SystemExit("the measurement found no capacity")
+    return m.capacity
+
+
 def finite(value: float) -> float | None:
     """JSON has no NaN: a figure not yet known (one engine so far) is null."""
     return value if math.isfinite(value) else None
@@ -264,17 +286,10 @@ def main() -> int:  # noqa: PLR0912, PLR0915 - one linear script: two parts, pri
     found = []
     for i in range(args.engines):
         began = time.monotonic()
-        engine = start(runtime, config, platform)
-        print(f"  engine {i + 1} started in {time.monotonic() - began:.0f} s", flush=True)
-        try:
-            request = MeasureRequest(seed=args.seed + i, target_rate=target, precise=True)
-            m = measure(engine.base_url, request)
-        finally:
-            engine.stop()
-        if m.capacity is None:
-            raise SystemExit("the measurement found no capacity")
-        found.append(m.capacity)
-        print(f"  engine {i + 1}: {m.capacity.describe()}  ({time.monotonic() - began:.0f} s)")
+        found.append(
+            fresh_capacity(runtime, config, platform, measure, seed=args.seed + i, target=target)
+        )
+        print(f"  engine {i + 1}: {found[-1].describe()}  ({time.monotonic() - began:.0f} s)")
         if args.json_every:
             write(part1(found, summary(found)), args.results / name)
     s = summary(found)
@@ -410,17 +425,12 @@ def paired_arms(
     for i in range(args.engines):
         for arm in ("A", "B") if i % 2 == 0 else ("B", "A"):
             began = time.monotonic()
-            engine = start(runtime, arms[arm], platform)
-            try:
-                request = MeasureRequest(seed=args.seed + i, target_rate=target, precise=True)
-                m = measure(engine.base_url, request)
-            finally:
-                engine.stop()
-            if m.capacity is None:
-                raise SystemExit("the measurement found no capacity")
-            found[arm].append(m.capacity)
+            capacity = fresh_capacity(
+                runtime, arms[arm], platform, measure, seed=args.seed + i, target=target
+            )
+            found[arm].append(capacity)
             seconds[arm].append(round(time.monotonic() - began, 1))
-            print(f"  pair {i + 1} arm {arm}: {m.capacity.describe()}  ({seconds[arm][-1]:.0f} s)",
+            print(f"  pair {i + 1} arm {arm}: {capacity.describe()}  ({seconds[arm][-1]:.0f} s)",
                   flush=True)  # fmt: skip
         if args.json_every:
             write(result(), args.results / name)

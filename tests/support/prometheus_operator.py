@@ -16,6 +16,7 @@ import base64
 import gzip
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,9 @@ class PrometheusOperator:
             )
             return config if config.get("scrape_configs") else None
 
-        try:
-            found: dict[str, Any] = wait_for(
-                "the Prometheus Operator to write a scrape configuration", written, timeout
-            )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\nOperator log:\n{self.log()[-4000:]}") from None
-        return found
+        return self._wait(
+            "the Prometheus Operator to write a scrape configuration", written, timeout
+        )
 
     def rule_files(self, namespace: str, prometheus: str, timeout: float = 90) -> dict[str, Any]:
         """The rule files the operator wrote for the Prometheus object, by file name."""
@@ -103,10 +100,14 @@ class PrometheusOperator:
                     files[name] = yaml.safe_load(text)
             return files or None
 
+        return self._wait("the Prometheus Operator to write rule files", written, timeout)
+
+    def _wait(
+        self, what: str, written: Callable[[], dict[str, Any] | None], timeout: float
+    ) -> dict[str, Any]:
+        """What `written` returns once it returns something, or the failure with the log."""
         try:
-            rules: dict[str, Any] = wait_for(
-                "the Prometheus Operator to write rule files", written, timeout
-            )
+            found: dict[str, Any] = wait_for(what, written, timeout)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\nOperator log:\n{self.log()[-4000:]}") from None
-        return rules
+        return found
