@@ -8,10 +8,11 @@ validators that check the same thing for local files.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -248,6 +249,40 @@ KvCacheDtype = Literal[
 ]
 
 
+class SpeculativeConfig(ApiModel):
+    """vLLM's --speculative-config, as much of it as slotune sets."""
+
+    method: Literal["ngram", "suffix", "draft_model"] = Field(
+        description="ngram: proposes tokens that followed the same n-gram earlier in the "
+        "prompt; suffix: from a suffix tree of the prompt and earlier answers; draft_model: "
+        "a smaller model (draftModel)."
+    )
+    num_speculative_tokens: int = Field(
+        ge=1, le=16, description="Tokens proposed per step (num_speculative_tokens)."
+    )
+    draft_model: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The draft model, for method draft_model only.",
+    )
+
+    @model_validator(mode="after")
+    def _draft_model_with_its_method(self) -> SpeculativeConfig:
+        if (self.method == "draft_model") != (self.draft_model is not None):
+            raise ValueError("draftModel is needed by method draft_model, and only by it")
+        return self
+
+    def flag_value(self) -> str:
+        """The JSON vLLM's --speculative-config takes."""
+        value: dict[str, Any] = {
+            "method": self.method,
+            "num_speculative_tokens": self.num_speculative_tokens,
+        }
+        if self.draft_model is not None:
+            value = {"model": self.draft_model, **value}
+        return json.dumps(value, separators=(",", ":"))
+
+
 class EngineArgs(ApiModel):
     """The vLLM engine settings slotune knows and tunes; unset means vLLM's own default."""
 
@@ -296,7 +331,27 @@ class EngineArgs(ApiModel):
         "(--enable-prefix-caching / --no-enable-prefix-caching).",
     )
     kv_cache_dtype: KvCacheDtype | None = Field(
-        default=None, description="KV-cache data type (--kv-cache-dtype)."
+        default=None,
+        description="KV-cache data type (--kv-cache-dtype). The fp8 and smaller types are "
+        "lossy: a study tunes them only with spec.tuning.quality.allowLossy.",
+    )
+    quantization: Literal["none", "fp8"] | None = Field(
+        default=None,
+        description="Weights as the checkpoint has them (none) or quantized to fp8 at load "
+        "(--quantization fp8, online dynamic; lossy, and only on GPUs with fp8 units: Hopper, "
+        "Ada and later).",
+    )
+    long_prefill_token_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        le=1 << 20,
+        description="Most prefill tokens one request may schedule per step while others wait "
+        "(--long-prefill-token-threshold; 0 is off). At most maxModelLen.",
+    )
+    speculative: SpeculativeConfig | None = Field(
+        default=None,
+        description="Speculative decoding (--speculative-config): the model-free n-gram or "
+        "suffix methods, or a draft model.",
     )
 
     @model_validator(mode="after")
@@ -568,6 +623,9 @@ class SearchSpace(ApiModel):
     max_num_seqs: IntRange | None = None
     enable_prefix_caching: list[bool] | None = Field(default=None, min_length=1, max_length=2)
     kv_cache_dtype: list[KvCacheDtype] | None = Field(default=None, min_length=1, max_length=8)
+    quantization: list[Literal["none", "fp8"]] | None = Field(
+        default=None, min_length=1, max_length=2
+    )
 
 
 class LengthDistribution(ApiModel):
@@ -646,8 +704,83 @@ class RetuneSpec(ApiModel):
     cooldown: Duration = Field(default="6h", description="Minimum time between studies.")
 
 
+LOSSY_KV_CACHE_DTYPES = frozenset(
+    d for d in get_args(KvCacheDtype) if d not in ("auto", "float16", "bfloat16")
+)
+"""KV-cache types that store fewer bits than the model computes in: they change its output."""
+
+
+def lossy_in_search_space(space: SearchSpace) -> list[str]:
+    """The lossy values a search space names, as `field=value`."""
+    named = [f"kvCacheDtype={d}" for d in space.kv_cache_dtype or () if d in LOSSY_KV_CACHE_DTYPES]
+    named += [f"quantization={q}" for q in space.quantization or () if q != "none"]
+    return named
+
+
+class QualitySpec(ApiModel):
+    """The quality gate every lossy configuration passes before it can win: its next-token
+    distributions against the reference's (the serving configuration, unquantized) over the
+    same token sequences. The default bounds are those under which 8-bit weight quantization
+    typically falls on real checkpoints (mean KL about 0.001-0.01, top token unchanged at about
+    98% of positions); they are a starting point, to be set from the scenario's own prompts."""
+
+    allow_lossy: bool = Field(
+        default=False,
+        description="Tune lossy settings (fp8 weights, fp8 and smaller KV caches) too. Each "
+        "such trial is gated on quality before it can win.",
+    )
+    max_mean_kl: float = Field(
+        default=0.01,
+        ge=0,
+        le=100,
+        alias="maxMeanKL",
+        description="Mean per-token KL divergence from the reference, nats.",
+    )
+    max_p99_kl: float = Field(
+        default=0.2,
+        ge=0,
+        le=100,
+        alias="maxP99KL",
+        description="The 99th percentile of per-token KL divergence from the reference, nats.",
+    )
+    min_agreement: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description="Share of positions whose most likely next token is the reference's.",
+    )
+    prompts: int = Field(
+        default=16, ge=1, le=256, description="Seeded prompts in the workload's shape."
+    )
+    generated_tokens: int = Field(
+        default=16,
+        ge=0,
+        le=256,
+        description="Tokens the reference generates after each prompt; those positions are "
+        "scored too.",
+    )
+
+
 class TuningSpec(ApiModel):
     """The tuning study."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "(has(self.quality) && has(self.quality.allowLossy) && self.quality.allowLossy)"
+                    " || !has(self.searchSpace)"
+                    " || ((!has(self.searchSpace.kvCacheDtype) || self.searchSpace.kvCacheDtype"
+                    ".all(d, d in ['auto', 'float16', 'bfloat16']))"
+                    " && (!has(self.searchSpace.quantization)"
+                    " || self.searchSpace.quantization.all(q, q == 'none')))",
+                    "searchSpace names lossy settings (fp8 weights, or a KV cache below 16 "
+                    "bits): set tuning.quality.allowLossy: true, so that every such trial passes "
+                    "the quality gate before it can win, or remove them",
+                ),
+            ]
+        }
+    )
 
     enabled: bool = False
     apply: Literal["Auto", "Recommend"] = Field(
@@ -677,6 +810,19 @@ class TuningSpec(ApiModel):
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     retune: RetuneSpec = Field(default_factory=RetuneSpec)
+    quality: QualitySpec = Field(default_factory=QualitySpec)
+
+    @model_validator(mode="after")
+    def _lossy_only_when_allowed(self) -> TuningSpec:
+        if not self.quality.allow_lossy:
+            named = lossy_in_search_space(self.search_space)
+            if named:
+                raise ValueError(
+                    f"searchSpace names lossy settings ({', '.join(named)}): set "
+                    "tuning.quality.allowLossy: true, so that every such trial passes the "
+                    "quality gate before it can win, or remove them"
+                )
+        return self
 
 
 class MonitoringSpec(ApiModel):

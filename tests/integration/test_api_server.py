@@ -66,6 +66,14 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
         ),
         ({"model": {"name": "m\u0001"}}, "model.name must not start with '-'"),
         (
+            {"tuning": {"searchSpace": {"kvCacheDtype": ["auto", "fp8"]}}},
+            "searchSpace names lossy settings",
+        ),
+        (
+            {"tuning": {"searchSpace": {"quantization": ["none", "fp8"]}}},
+            "set tuning.quality.allowLossy: true",
+        ),
+        (
             {"engine": {"env": [{"name": "VLLM_API_KEY", "value": "s3cret"}]}},
             "engine.env must not set VLLM_API_KEY",
         ),

@@ -426,10 +426,10 @@ def test_nonexistent_vllm_flag_ends_in_a_clear_condition(
     assert not operator.dead()
 
     # Fixing the spec brings it up.
-    obj["spec"]["engine"]["extraArgs"] = ["--long-prefill-token-threshold", "512"]
+    obj["spec"]["engine"]["extraArgs"] = ["--stream-interval", "2"]
     assert cluster.apply(obj).returncode == 0
     dep = wait_for("the Deployment", lambda: cluster.get("deployment", "typo", namespace))
-    assert flag(engine_container(dep)["args"], "--long-prefill-token-threshold") == "512"
+    assert flag(engine_container(dep)["args"], "--stream-interval") == "2"
 
 
 def test_deletion_cascades_through_the_garbage_collector(

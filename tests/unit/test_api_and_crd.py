@@ -135,6 +135,29 @@ def test_printer_columns_cover_what_on_call_needs() -> None:
         ({"model": {"name": "m", "servedName": "--api-key"}}, "servedName must not start"),
         ({"model": {"name": "-m"}}, "model.name must not start with '-'"),
         ({"model": {"name": "m\u0007x"}}, "nor hold control characters"),
+        (
+            {"model": {"name": "m"}, "tuning": {"searchSpace": {"kvCacheDtype": ["auto", "fp8"]}}},
+            "names lossy settings",
+        ),
+        (
+            {"model": {"name": "m"}, "tuning": {"searchSpace": {"quantization": ["fp8"]}}},
+            "set tuning.quality.allowLossy: true",
+        ),
+        (
+            {
+                "model": {"name": "m"},
+                "engine": {
+                    "args": {
+                        "speculative": {
+                            "method": "ngram",
+                            "numSpeculativeTokens": 4,
+                            "draftModel": "m-small",
+                        }
+                    }
+                },
+            },
+            "draftModel is needed by method draft_model, and only by it",
+        ),
     ],
 )
 def test_cross_field_rules_in_python(spec: dict[str, Any], fragment: str) -> None:
@@ -153,6 +176,7 @@ def test_every_python_cross_field_rule_has_a_cel_twin() -> None:
         "a Synthetic workload needs",
         "model.name must not start with '-'",
         "model.servedName must not start with '-'",
+        "searchSpace names lossy settings",
     ):
         assert fragment in rules
 

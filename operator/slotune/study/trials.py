@@ -248,19 +248,35 @@ class LoadState:
         return cls("Running")
 
 
+ADDED_KNOBS = ("quantization", "long_prefill_token_threshold", "speculative")
+"""Engine settings added after studies were first keyed by `spec_hash`."""
+
+
+def _drop_unset(fields: dict[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        if fields.get(name) is None:
+            fields.pop(name, None)
+
+
 def spec_hash(spec: models.LLMDeploymentSpec) -> str:
     """Identifies what a study tunes. A change to it starts a new study; `apply`, `enabled`
     and the re-tune policy are left out, since changing them changes no measurement."""
     tuning = spec.tuning.model_dump(mode="json", exclude={"apply", "enabled", "retune"})
+    # Fields added since, left out while unset (or at their defaults), for the same reason.
+    if spec.tuning.quality == models.QualitySpec():
+        del tuning["quality"]
+    _drop_unset(tuning["search_space"], ADDED_KNOBS)
+    engine = spec.engine.model_dump(
+        mode="json", exclude={"kind"} if spec.engine.kind == DEFAULT_KIND else None
+    )
+    _drop_unset(engine["args"], ADDED_KNOBS)
     identity = {
         # A model source added since (image) is left out while unset, and the default engine
         # below: studies from before those fields existed are not restarted by an upgrade.
         "model": spec.model.model_dump(
             mode="json", exclude={"source": {"image"}} if spec.model.source.image is None else None
         ),
-        "engine": spec.engine.model_dump(
-            mode="json", exclude={"kind"} if spec.engine.kind == DEFAULT_KIND else None
-        ),
+        "engine": engine,
         "resources": spec.resources.model_dump(mode="json"),
         "slo": spec.slo.model_dump(mode="json") if spec.slo else None,
         "tuning": tuning,

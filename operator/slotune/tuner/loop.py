@@ -221,7 +221,9 @@ class Planner:
         self.served_name = served_name
         self.options = options or TunerOptions()
         self.extra_env = extra_env
-        self.space: Space = space or build_space(platform, spec.tuning.search_space)
+        self.space: Space = space or build_space(
+            platform, spec.tuning.search_space, allow_lossy=spec.tuning.quality.allow_lossy
+        )
         self.records = list(records)
         self.rejected: list[TrialRecord] = []
         """Configurations `plan` found breaking the engine's rules, recorded as rejected and

@@ -102,6 +102,7 @@ _DRAW_ORDER = (
     "enable_prefix_caching",
     "gpu_memory_utilization",
     "kv_cache_dtype",
+    "quantization",
 )
 
 
@@ -117,22 +118,32 @@ def in_draw_order(engine: Engine) -> tuple[Knob, ...]:
     )
 
 
-def _distribution(engine: Engine, knob: Knob, rule: Range, backend: str) -> BaseDistribution | None:
+def _distribution(
+    engine: Engine, knob: Knob, rule: Range, backend: str, allow_lossy: bool
+) -> BaseDistribution | None:
     if isinstance(rule, IntSpan):
         return IntDistribution(rule.low, rule.high, log=rule.log)
     if isinstance(rule, FloatSpan):
         return FloatDistribution(rule.low, rule.high, step=rule.step)
-    kept = tuple(v for v in rule.values if engine.backend_accepts(knob.field, v, backend))
+    kept = tuple(
+        v
+        for v in rule.values
+        if engine.backend_accepts(knob.field, v, backend) and (allow_lossy or not knob.is_lossy(v))
+    )
     return CategoricalDistribution(kept) if len(kept) > 1 else None
 
 
-def default_space(platform: Platform) -> Space:
-    """Every knob slotune tunes by default on this platform (the registry's search ranges)."""
+def default_space(platform: Platform, *, allow_lossy: bool = False) -> Space:
+    """Every knob slotune tunes by default on this platform (the registry's search ranges);
+    lossy values (fp8 weights, an fp8 KV cache) only where the spec allows them, since each
+    must then pass the quality gate."""
     space: Space = {}
     for knob in in_draw_order(platform.engine):
         rule = knob.search.get(platform.table)
         distribution = (
-            _distribution(platform.engine, knob, rule, platform.backend) if rule else None
+            _distribution(platform.engine, knob, rule, platform.backend, allow_lossy)
+            if rule
+            else None
         )
         if distribution is not None:
             space[knob.field] = distribution
@@ -153,9 +164,10 @@ def _narrow(current: BaseDistribution, rule: IntRange | FloatRange) -> BaseDistr
     return current
 
 
-def build_space(platform: Platform, narrowing: SearchSpace) -> Space:
-    """The default space with the spec's narrowing applied; a single value fixes a knob."""
-    space = default_space(platform)
+def build_space(platform: Platform, narrowing: SearchSpace, *, allow_lossy: bool = False) -> Space:
+    """The default space with the spec's narrowing applied; a single value fixes a knob. (A
+    narrowing that names lossy values without `allow_lossy` is refused by the spec itself.)"""
+    space = default_space(platform, allow_lossy=allow_lossy)
     for name, rule in narrowing:
         if rule is None:
             continue

@@ -20,7 +20,13 @@ from typing import Any, get_args
 
 from slotune.engine.base import Violation
 from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
-from slotune.models import AttentionBackend, EngineArgs, KvCacheDtype
+from slotune.models import (
+    LOSSY_KV_CACHE_DTYPES,
+    AttentionBackend,
+    EngineArgs,
+    KvCacheDtype,
+    SpeculativeConfig,
+)
 
 PINNED_VERSION = "0.32.0"
 DEFAULT_PORT = 8000
@@ -87,6 +93,32 @@ KNOBS: tuple[Knob, ...] = (
         short="kv",
         search={"h200": Choices(("auto", "fp8"))},
         defaults={"h200": "auto"},
+        lossy=lambda dtype: dtype in LOSSY_KV_CACHE_DTYPES,
+    ),
+    Knob(
+        "quantization",
+        "--quantization",
+        "quantization",
+        short="quant",
+        aliases=("-q",),
+        search={"h200": Choices(("none", "fp8"))},
+        defaults={"h200": "none"},
+        lossy=lambda method: method != "none",
+        off="none",
+    ),
+    Knob(
+        "long_prefill_token_threshold",
+        "--long-prefill-token-threshold",
+        "longPrefillTokenThreshold",
+        short="lpt",
+    ),
+    Knob(
+        "speculative",
+        "--speculative-config",
+        "speculative",
+        short="spec",
+        aliases=("-sc",),
+        value_text=lambda config: SpeculativeConfig.model_validate(config).flag_value(),
     ),
 )
 
@@ -530,6 +562,51 @@ def check_args(args: EngineArgs, backend: AttentionBackend) -> list[Violation]:
                 + ", ".join(KV_CACHE_DTYPES[backend]),
             )
         )
+    if args.quantization == "fp8" and backend == "CPU_ATTN":
+        problems.append(
+            Violation(
+                "spec.engine.args.quantization",
+                "fp8 weights need a GPU with fp8 units (Hopper, Ada or later); vLLM's CPU build "
+                "has no fp8 matmul kernel (its start fails in _C::static_scaled_fp8_quant): "
+                "remove it",
+            )
+        )
+    if (
+        args.long_prefill_token_threshold is not None
+        and args.max_model_len is not None
+        and args.long_prefill_token_threshold > args.max_model_len
+    ):
+        problems.append(
+            Violation(
+                "spec.engine.args.longPrefillTokenThreshold",
+                f"{args.long_prefill_token_threshold} is above maxModelLen {args.max_model_len}; "
+                "vLLM refuses to start otherwise",
+            )
+        )
+    return problems
+
+
+def check_version(args: EngineArgs, version: str, *, exact: bool = True) -> list[Violation]:
+    """The typed settings against the flag table of the image's vLLM: a knob whose flag that
+    release does not have, or a value its parser does not list."""
+    known = known_flags(version)
+    table = "" if exact else f" (checked against the table for {version})"
+    problems = []
+    for knob in KNOBS:
+        value = args.explicit().get(knob.field)
+        if value is None or not knob.render(value):
+            continue
+        field = f"spec.engine.args.{knob.spec_name}"
+        if knob.flag not in known:
+            problems.append(
+                Violation(field, f"vLLM {version} has no {knob.flag}{table}: remove it")
+            )
+            continue
+        rendered = knob.render(value)
+        if len(rendered) == 2:
+            problem = _value_problem(knob.flag, rendered[1], version, choices_too=exact)
+            if problem:
+                problems.append(Violation(field, problem + table))
     return problems
 
 
@@ -543,7 +620,8 @@ def check_config(
 ) -> list[Violation]:
     """Every known rule, checked before anything is launched (`exact`: the table is the
     image's own version's)."""
-    problems = check_args(args, backend) + check_extra_args(extra_args, version, exact=exact)
+    problems = check_args(args, backend) + check_version(args, version, exact=exact)
+    problems += check_extra_args(extra_args, version, exact=exact)
     disables_chunking = any(
         flag in ("--disable-chunked-prefill", "--no-enable-chunked-prefill")
         for _, flag in extra_flags(extra_args)
