@@ -74,7 +74,8 @@ def test_lossy_values_join_the_default_space_only_where_the_spec_allows_them() -
     with tuning.quality.allowLossy (and gates each on quality); the CPU engine has no fp8
     matmul, so it never draws fp8 weights."""
     gpu = default_space(PLATFORMS["h200"])
-    assert "quantization" not in gpu and "kv_cache_dtype" not in gpu
+    assert "quantization" not in gpu
+    assert "kv_cache_dtype" not in gpu
     lossy = default_space(PLATFORMS["h200"], allow_lossy=True)
     assert lossy["quantization"] == CategoricalDistribution(("none", "fp8"))
     assert lossy["kv_cache_dtype"] == CategoricalDistribution(("auto", "fp8"))
