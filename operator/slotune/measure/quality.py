@@ -1,0 +1,231 @@
+"""The quality gate: does a lossy configuration (fp8 weights, an fp8 KV cache) still compute
+what the reference computes?
+
+Capacity cannot see quality: an fp8 KV cache that breaks a model serves its wrong tokens as
+fast as right ones. So every lossy configuration is compared with a reference, the serving
+configuration unquantized, on the same token sequences:
+
+1. The reference generates greedily after seeded prompts in the workload's shape; each prompt
+   with its continuation is one sequence.
+2. Both engines score every sequence (`prompt_logprobs`: the engine's top-k next tokens at
+   every position, teacher-forced, so one early difference does not derail the rest).
+3. Per position: the KL divergence of the candidate's next-token distribution from the
+   reference's, and whether the two agree on the most likely token.
+
+The KL is taken over the reference's top-k tokens and one bucket for the rest of the
+vocabulary. Merging the tail into one bucket can only lower a KL divergence, so with exact
+probabilities this is a lower bound of the full-vocabulary figure; a reference token missing
+from the candidate's top-k is taken at the candidate's k-th probability (at most that), which
+errs the same way. Top-20 holds nearly all the mass of a trained model's next-token
+distribution, where the bound is tight.
+
+With random weights (`--load-format dummy`) the KL measures numeric perturbation, not task
+quality, and a near-uniform distribution makes agreement a tie-break: figures from such runs
+say so. The gate's code path is the one real weights take.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from slotune.measure import loadgen
+from slotune.models import QualitySpec
+
+TOP_K = 20
+"""Next tokens scored per position: vLLM's default --max-logprobs."""
+
+
+@dataclass(frozen=True)
+class NextToken:
+    """An engine's k most likely next tokens at one position, by token id, as log-probabilities."""
+
+    top: Mapping[int, float]
+
+    @property
+    def argmax(self) -> int:
+        return max(self.top, key=lambda token: self.top[token])
+
+
+def kl_divergence(reference: NextToken, candidate: NextToken) -> float:
+    """KL(reference || candidate) over the reference's top tokens and one bucket for the rest."""
+    floor = min(candidate.top.values())
+    total = 0.0
+    p_rest, q_rest = 1.0, 1.0
+    for token, logp in reference.top.items():
+        logq = min(candidate.top.get(token, floor), 0.0)
+        p = math.exp(logp)
+        total += p * (logp - logq)
+        p_rest -= p
+        q_rest -= math.exp(logq)
+    p_rest = max(p_rest, 0.0)
+    q_rest = max(q_rest, 1e-12)
+    if p_rest > 0:
+        total += p_rest * math.log(p_rest / q_rest)
+    return max(total, 0.0)
+
+
+class QualityFigures(BaseModel):
+    """A candidate against the reference, over every scored position."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    mean_kl: float
+    p99_kl: float
+    agreement: float
+    positions: int
+    sequences: int
+
+    def describe(self) -> str:
+        return (
+            f"KL mean {self.mean_kl:.4g}, p99 {self.p99_kl:.4g} nats; top token agrees at "
+            f"{100 * self.agreement:.1f}% of {self.positions} positions"
+        )
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    rank = q / 100 * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def compare(
+    reference: Sequence[Sequence[NextToken]], candidate: Sequence[Sequence[NextToken]]
+) -> QualityFigures:
+    """The figures of a candidate's scores against the reference's, sequence by sequence."""
+    if len(reference) != len(candidate) or not reference:
+        raise ValueError(f"{len(candidate)} scored sequences against {len(reference)}")
+    kls: list[float] = []
+    agreed = 0
+    for ref_seq, cand_seq in zip(reference, candidate, strict=True):
+        if len(ref_seq) != len(cand_seq):
+            raise ValueError(f"a sequence scored at {len(cand_seq)} positions, not {len(ref_seq)}")
+        for ref, cand in zip(ref_seq, cand_seq, strict=True):
+            kls.append(kl_divergence(ref, cand))
+            agreed += ref.argmax == cand.argmax
+    return QualityFigures(
+        mean_kl=sum(kls) / len(kls),
+        p99_kl=_percentile(kls, 99),
+        agreement=agreed / len(kls),
+        positions=len(kls),
+        sequences=len(reference),
+    )
+
+
+def judge(figures: QualityFigures, bounds: QualitySpec) -> str | None:
+    """Why a configuration fails the gate, or None when it passes every bound."""
+    broken = []
+    if figures.mean_kl > bounds.max_mean_kl:
+        broken.append(f"mean KL {figures.mean_kl:.4g} > {bounds.max_mean_kl:g}")
+    if figures.p99_kl > bounds.max_p99_kl:
+        broken.append(f"p99 KL {figures.p99_kl:.4g} > {bounds.max_p99_kl:g}")
+    if figures.agreement < bounds.min_agreement:
+        broken.append(f"top-token agreement {figures.agreement:.3f} < {bounds.min_agreement:g}")
+    return f"quality gate: {'; '.join(broken)}" if broken else None
+
+
+# --- the engine side: prompts, continuations, scores ------------------------------------------
+
+
+def prompts(
+    bounds: QualitySpec, *, prompt_tokens: int, shared_prefix_ratio: float, seed: int
+) -> list[list[int]]:
+    """Seeded prompts in the workload's shape (token ids, as the load generator sends them)."""
+    shape = loadgen.Workload(
+        num_requests=bounds.prompts,
+        seed=seed,
+        rate=math.inf,
+        prompt_tokens=prompt_tokens,
+        shared_prefix_ratio=shared_prefix_ratio,
+    )
+    return [list(plan.prompt) for plan in loadgen.plan_requests(shape)]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """One engine's OpenAI-compatible completions endpoint, asked one request at a time (so
+    that batching does not move its numbers between runs)."""
+
+    url: str
+    model: str
+    api_key: str | None = None
+    timeout: float = 300.0
+
+    def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(  # noqa: S310 - the trial's own http URL
+            loadgen.completions_url(self.url),
+            data=json.dumps({"model": self.model, **body}).encode(),
+            headers=headers,
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+    def continue_greedily(self, prompt: Sequence[int], tokens: int) -> list[int]:
+        """The prompt followed by `tokens` greedily generated tokens."""
+        if tokens == 0:
+            return list(prompt)
+        choice = self._complete(
+            {
+                "prompt": list(prompt),
+                "max_tokens": tokens,
+                "min_tokens": tokens,
+                "ignore_eos": True,
+                "temperature": 0,
+                "return_token_ids": True,
+            }
+        )["choices"][0]
+        return [*prompt, *choice["token_ids"]]
+
+    def score(self, sequence: Sequence[int]) -> list[NextToken]:
+        """The engine's top-k next tokens at every position of the sequence after the first."""
+        choice = self._complete(
+            {
+                "prompt": list(sequence),
+                "max_tokens": 1,
+                "temperature": 0,
+                "prompt_logprobs": TOP_K,
+            }
+        )["choices"][0]
+        return [_next_token(entry) for entry in choice["prompt_logprobs"][1:]]
+
+
+def _next_token(entry: Mapping[str, Mapping[str, Any]]) -> NextToken:
+    """One position of vLLM's prompt_logprobs: the top-k by rank (the actual token is listed
+    too, at its own rank, which may lie outside the top-k)."""
+    top = {
+        int(token): float(value["logprob"])
+        for token, value in entry.items()
+        if value.get("rank") is not None and value["rank"] <= TOP_K
+    }
+    if not top:
+        raise ValueError("a position came back without its top tokens")
+    return NextToken(top)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference's sequences and its scores of them: what every candidate is held to."""
+
+    sequences: list[list[int]]
+    scores: list[list[NextToken]]
+
+    @classmethod
+    def take(cls, engine: Scorer, prompts: Sequence[Sequence[int]], generated: int) -> Reference:
+        sequences = [engine.continue_greedily(p, generated) for p in prompts]
+        return cls(sequences, [engine.score(s) for s in sequences])
+
+    def hold(self, candidate: Scorer) -> QualityFigures:
+        """The candidate's figures against this reference, on the same sequences."""
+        return compare(self.scores, [candidate.score(s) for s in self.sequences])

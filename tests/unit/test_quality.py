@@ -1,0 +1,91 @@
+"""The quality gate's arithmetic (`slotune.measure.quality`): KL over the reference's top tokens
+and a tail bucket, top-token agreement, and the verdict against the spec's bounds. The gate
+against real engines is tests/engine/test_quality_gate.py."""
+
+import math
+
+import pytest
+
+from slotune.measure import quality
+from slotune.models import QualitySpec
+
+
+def dist(probabilities: dict[int, float]) -> quality.NextToken:
+    return quality.NextToken({token: math.log(p) for token, p in probabilities.items()})
+
+
+def test_a_distribution_is_no_distance_from_itself() -> None:
+    same = dist({1: 0.6, 2: 0.3, 3: 0.05})
+    assert quality.kl_divergence(same, same) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_kl_is_exact_when_the_top_tokens_hold_all_the_mass() -> None:
+    p = {1: 0.5, 2: 0.5}
+    q = {1: 0.9, 2: 0.1}
+    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert quality.kl_divergence(dist(p), dist(q)) == pytest.approx(expected)
+
+
+def test_the_tail_is_one_bucket_and_a_missing_token_is_taken_at_the_kth_probability() -> None:
+    """Token 3 is outside the candidate's top tokens: it is taken at the candidate's smallest
+    listed probability (0.1), and the rest of each distribution is one bucket."""
+    p = {1: 0.5, 2: 0.2, 3: 0.2}  # tail 0.1
+    q = {1: 0.5, 2: 0.3, 4: 0.1}
+    q3 = 0.1
+    q_tail = 1 - (0.5 + 0.3 + q3)
+    expected = (
+        0.5 * math.log(0.5 / 0.5)
+        + 0.2 * math.log(0.2 / 0.3)
+        + 0.2 * math.log(0.2 / q3)
+        + 0.1 * math.log(0.1 / q_tail)
+    )
+    assert quality.kl_divergence(dist(p), dist(q)) == pytest.approx(expected)
+
+
+def test_compare_counts_agreement_and_the_kl_percentiles() -> None:
+    ref = [[dist({1: 0.9, 2: 0.1}), dist({1: 0.6, 2: 0.4})]]
+    cand = [[dist({1: 0.9, 2: 0.1}), dist({1: 0.4, 2: 0.6})]]
+    figures = quality.compare(ref, cand)
+    assert figures.agreement == 0.5
+    assert figures.positions == 2
+    assert figures.sequences == 1
+    flipped = 0.6 * math.log(0.6 / 0.4) + 0.4 * math.log(0.4 / 0.6)
+    assert figures.mean_kl == pytest.approx(flipped / 2)
+    assert figures.p99_kl == pytest.approx(0.99 * flipped)
+
+
+def test_sequences_scored_differently_are_an_error_not_a_figure() -> None:
+    one = [[dist({1: 1.0})]]
+    with pytest.raises(ValueError, match="sequence scored at 2 positions"):
+        quality.compare(one, [[dist({1: 1.0}), dist({1: 1.0})]])
+    with pytest.raises(ValueError, match="2 scored sequences against 1"):
+        quality.compare(one, one + one)
+
+
+def test_the_verdict_names_every_broken_bound() -> None:
+    bounds = QualitySpec(max_mean_kl=0.01, max_p99_kl=0.2, min_agreement=0.9)
+    good = quality.QualityFigures(
+        mean_kl=0.005, p99_kl=0.1, agreement=0.95, positions=10, sequences=1
+    )
+    assert quality.judge(good, bounds) is None
+    bad = good.model_copy(update={"mean_kl": 0.12, "agreement": 0.78})
+    verdict = quality.judge(bad, bounds)
+    assert verdict == "quality gate: mean KL 0.12 > 0.01; top-token agreement 0.780 < 0.9"
+
+
+def test_prompt_logprobs_keep_the_top_k_only() -> None:
+    """vLLM lists the actual prompt token at its own rank beside the top-k."""
+    entry = {
+        "17": {"logprob": -9.5, "rank": 14278, "decoded_token": None},
+        "5": {"logprob": -0.1, "rank": 1, "decoded_token": None},
+        "6": {"logprob": -2.5, "rank": 2, "decoded_token": None},
+    }
+    assert quality._next_token(entry).top == {5: -0.1, 6: -2.5}
+
+
+def test_prompts_are_seeded_and_in_the_workloads_shape() -> None:
+    bounds = QualitySpec(prompts=3)
+    first = quality.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
+    assert first == quality.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
+    assert [len(p) for p in first] == [50, 50, 50]
+    assert first[0][:25] == first[1][:25]
