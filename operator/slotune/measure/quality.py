@@ -146,7 +146,9 @@ def prompts(
         prompt_tokens=prompt_tokens,
         shared_prefix_ratio=shared_prefix_ratio,
     )
-    return [list(plan.prompt) for plan in loadgen.plan_requests(shape)]
+    return [
+        list(plan.prompt) for plan in loadgen.plan_requests(shape) if isinstance(plan.prompt, list)
+    ]
 
 
 @dataclass(frozen=True)
