@@ -50,6 +50,15 @@
 #   bench/gpu/on-device.sh cache-follow SECONDS
 #                                           brings its log and JSON back to $OUT for SECONDS
 #                                           (or until it ends)
+#   bench/gpu/on-device.sh lossy            starts, in the background, the lossy side-by-side
+#                                           (h100-lossy.yaml): seeded weights drawn on the
+#                                           GPU, then vLLM's defaults, 2048 x 96, fp8 weights
+#                                           and fp8 with 2048 x 96 on the same schedules, the
+#                                           prefill ceiling with and without fp8, and the
+#                                           quality gate against the defaults
+#   bench/gpu/on-device.sh lossy-follow SECONDS
+#                                           brings its log and JSON back to $OUT for SECONDS
+#                                           (or until it ends)
 #   bench/gpu/on-device.sh repeat-follow SECONDS
 #                                           brings the repeat run's log and JSON back to $OUT
 #                                           for SECONDS (or until it ends)
@@ -309,13 +318,43 @@ side-by-side)
   [[ -f "$records" ]] || records="$here/.state/trials.jsonl"
   python3 "$here/capacity_side_by_side.py" --spec "$here/h200-study.yaml" \
     --model-dir "$here/llama-8b" --records "$records" --work /tmp/slotune-side \
-    --json /tmp/side-by-side.json --configs "${2:-defaults,winner}" 2>&1 \
+    --json /tmp/side-by-side.json --configs "${2:-defaults;winner}" 2>&1 \
     | tee -a "$OUT/side-by-side.log" || true
   cp /tmp/side-by-side.json "$OUT/" 2>/dev/null || true
   tar -czf "$OUT/side-engine-logs.tar.gz" -C /tmp/slotune-side . 2>/dev/null || true
   ;;
+lossy)
+  weights=/tmp/slotune-seeded-8b
+  sched='"max_num_batched_tokens": 2048, "max_num_seqs": 96'
+  setsid bash -c '"$@"; echo "[lossy ended with status $?]"' lossy bash -c "
+    set -e
+    [[ -f $weights/model.safetensors ]] || time python3 '$root/tests/support/seeded_weights.py' \
+      '$here/llama-8b' $weights --seed 1 --device cuda
+    python3 '$here/capacity_side_by_side.py' --spec '$here/h100-lossy.yaml' \
+      --model-dir '$here/llama-8b' --seeded-weights $weights --records /dev/null \
+      --work /tmp/slotune-lossy --json /tmp/lossy.json --platform h100 --quality \
+      --ceilings 'vllm-defaults,fp8' \
+      --configs 'defaults;fp8+sched={\"quantization\": \"fp8\", $sched};fp8={\"quantization\": \"fp8\"};sched={$sched}'
+  " >>/tmp/slotune-lossy.log 2>&1 </dev/null &
+  echo "$!" >/tmp/slotune-lossy.pid
+  echo "lossy side-by-side started (pid $!); bench/gpu/on-device.sh lossy-follow SECONDS brings it back"
+  ;;
+lossy-follow)
+  seconds="${2:?lossy-follow SECONDS}"
+  pid="$(cat /tmp/slotune-lossy.pid)"
+  bring_back() {
+    cp /tmp/slotune-lossy.log "$OUT/lossy.log" 2>/dev/null || true
+    cp /tmp/lossy.json "$OUT/" 2>/dev/null || true
+    return 0
+  }
+  if follow_run "$pid" "$seconds"; then
+    echo "the lossy side-by-side has ended"
+    tar -czf "$OUT/lossy-engine-logs.tar.gz" -C /tmp/slotune-lossy --exclude='*.json' . 2>/dev/null || true
+  fi
+  tail -n 40 /tmp/slotune-lossy.log
+  ;;
 *)
-  sed -n '2,37p' "$0"
+  sed -n '2,45p' "$0"
   exit 2
   ;;
 esac

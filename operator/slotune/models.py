@@ -1112,6 +1112,13 @@ class TrialSummary(StatusModel):
     )
     feasible: bool | None = None
     cause: str | None = None
+    quality: str | None = Field(
+        default=None,
+        description="A lossy configuration against the reference: KL and top-token agreement.",
+    )
+    spec_decode_acceptance: float | None = Field(
+        default=None, description="Accepted over proposed draft tokens (speculative decoding)."
+    )
 
 
 _PARAMS: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}

@@ -495,6 +495,11 @@ def with_params(spec: models.LLMDeploymentSpec, params: dict[str, Any]) -> model
     return spec.model_copy(update={"engine": engine})
 
 
+def service_url(owner: Owner, spec: models.LLMDeploymentSpec) -> str:
+    """The serving Service, as a pod in the cluster reaches it."""
+    return f"http://{owner.name}.{owner.namespace}.svc:{engine_of(spec).port}"
+
+
 def child_name(owner: Owner, *parts: object) -> str:
     """`<owner>-<part>-...`, shortened with a hash when it would not fit a label value (63)."""
     suffix = "-".join(str(p) for p in parts)
@@ -604,8 +609,11 @@ def render_load_job(
     request: MeasureRequest,
     study: int,
     trial: int,
+    gated: bool = False,
+    reference_url: str | None = None,
 ) -> dict[str, Any]:
-    """A Job that measures the capacity of the trial's engine and reports what it found.
+    """A Job that measures the capacity of the trial's engine and reports what it found; where
+    `gated` (a lossy configuration), the quality gate against the engines at `reference_url`.
 
     It runs the operator's own image (`slotune trial-load`); the measurement comes back as the
     container's termination message, which the operator reads from the pod's status.
@@ -621,6 +629,8 @@ def render_load_job(
         slo=spec.slo,
         request=request,
         result_file=Path(TERMINATION_LOG),
+        quality=spec.tuning.quality if gated else None,
+        reference_url=reference_url if gated else None,
     )
     command = ["slotune", "trial-load", *load.argv()]
     labels = trial_labels(owner, LOAD_COMPONENT, study, trial)

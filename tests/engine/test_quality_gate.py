@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slotune.local.process import LocalEngine, LocalRuntime, cpu_dtype
-from slotune.measure import quality
+from slotune.measure import quality, scoring
 from slotune.models import EngineArgs, QualitySpec
 from slotune.runtime import EngineConfig
 from support.engine import TINY_MODEL, vllm_python
@@ -61,30 +61,30 @@ def start(runtime: LocalRuntime, model: Path, *extra: str) -> LocalEngine:
     return runtime.start(config, timeout=START_TIMEOUT)
 
 
-def held(runtime: LocalRuntime, reference: quality.Reference, model: Path, *extra: str):  # type: ignore[no-untyped-def]
+def held(runtime: LocalRuntime, reference: scoring.Reference, model: Path, *extra: str):  # type: ignore[no-untyped-def]
     engine = start(runtime, model, *extra)
     try:
-        return reference.hold(quality.Scorer(engine.base_url, "tiny"))
+        return reference.hold(scoring.Scorer(engine.base_url, "tiny"))
     finally:
         engine.stop()
 
 
 @pytest.fixture(scope="module")
-def reference(runtime: LocalRuntime, models: dict[str, Path]) -> Iterator[quality.Reference]:
+def reference(runtime: LocalRuntime, models: dict[str, Path]) -> Iterator[scoring.Reference]:
     engine = start(runtime, models["reference"])
     try:
-        prompts = quality.prompts(
+        prompts = scoring.prompts(
             BOUNDS, prompt_tokens=PROMPT_TOKENS, shared_prefix_ratio=0, seed=7
         )
-        yield quality.Reference.take(
-            quality.Scorer(engine.base_url, "tiny"), prompts, BOUNDS.generated_tokens
+        yield scoring.Reference.take(
+            scoring.Scorer(engine.base_url, "tiny"), prompts, BOUNDS.generated_tokens
         )
     finally:
         engine.stop()
 
 
 def test_the_reference_restarted_passes_the_gate(
-    runtime: LocalRuntime, models: dict[str, Path], reference: quality.Reference
+    runtime: LocalRuntime, models: dict[str, Path], reference: scoring.Reference
 ) -> None:
     """The same configuration on a fresh engine computes the same distributions: the gate can
     pass, so a refusal below means something."""
@@ -94,7 +94,7 @@ def test_the_reference_restarted_passes_the_gate(
 
 
 def test_an_fp8_kv_cache_is_measured_and_refused_above_its_bound(
-    runtime: LocalRuntime, models: dict[str, Path], reference: quality.Reference
+    runtime: LocalRuntime, models: dict[str, Path], reference: scoring.Reference
 ) -> None:
     """vLLM's CPU build stores the KV cache in fp8 (no calibrated scales): on these weights it
     moves the distributions (seen: mean KL 0.12 nats, 78% agreement at 256-token prompts),
@@ -111,7 +111,7 @@ def test_an_fp8_kv_cache_is_measured_and_refused_above_its_bound(
 
 
 def test_a_model_whose_weights_differ_is_refused(
-    runtime: LocalRuntime, models: dict[str, Path], reference: quality.Reference
+    runtime: LocalRuntime, models: dict[str, Path], reference: scoring.Reference
 ) -> None:
     figures = held(runtime, reference, models["perturbed"])
     verdict = quality.judge(figures, BOUNDS)

@@ -92,3 +92,50 @@ def test_trial_load_measures_with_the_trials_engine(
     assert reached == [kind]
     assert engine_for(kind).kind == kind
     assert Measurement.model_validate_json(result.read_text()) == Measurement()
+
+
+def test_a_gated_job_carries_the_bounds_and_the_reference() -> None:
+    """A lossy trial's Job gates its quality against the serving Service after measuring; the
+    bounds and the reference travel in the same contract."""
+    spec, problems = parse_spec(
+        {
+            "model": {"name": "m", "servedName": "chat"},
+            "slo": {"ttft": {"percentile": 95, "maxSeconds": 2.0}},
+            "tuning": {
+                "enabled": True,
+                "workload": {"requestRate": 2},
+                "quality": {"allowLossy": True, "maxMeanKL": 0.02, "prompts": 4},
+            },
+        }
+    )
+    assert spec is not None, problems
+    reference = render.service_url(OWNER, spec)
+    assert reference == "http://chat.llm.svc:8000"
+    job = render.render_load_job(
+        OWNER,
+        spec,
+        image="slotune/operator:1",
+        url="http://10.0.0.9:8000",
+        workload=spec.tuning.workload,
+        request=REQUEST,
+        study=1,
+        trial=2,
+        gated=True,
+        reference_url=reference,
+    )
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = LoadArgs.parse(container["args"][1:])
+    assert args.quality == spec.tuning.quality
+    assert args.reference_url == reference
+    assert LoadArgs.parse(args.argv()) == args
+
+
+def test_a_gated_job_without_a_reference_refuses_the_configuration() -> None:
+    """Strategy InPlace measures the serving pods themselves: nothing is left to compare with."""
+    args = LoadArgs.parse(
+        ["--url", "http://10.0.0.9:8000", "--model", "chat", "--workload", "{}",
+         "--slo", '{"ttft": {"maxSeconds": 2}}', "--target-rate", "2", "--quality", "{}"]
+    )  # fmt: skip
+    gated = probe.gate_in_job(args, Measurement())
+    assert gated.quality_refused is not None
+    assert "lossy settings need strategy Canary" in gated.quality_refused

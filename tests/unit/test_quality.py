@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from slotune.measure import quality
+from slotune.measure import quality, scoring
 from slotune.models import QualitySpec
 
 
@@ -80,12 +80,12 @@ def test_prompt_logprobs_keep_the_top_k_only() -> None:
         "5": {"logprob": -0.1, "rank": 1, "decoded_token": None},
         "6": {"logprob": -2.5, "rank": 2, "decoded_token": None},
     }
-    assert quality._next_token(entry).top == {5: -0.1, 6: -2.5}
+    assert scoring._next_token(entry).top == {5: -0.1, 6: -2.5}
 
 
 def test_prompts_are_seeded_and_in_the_workloads_shape() -> None:
     bounds = QualitySpec(prompts=3)
-    first = quality.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
-    assert first == quality.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
+    first = scoring.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
+    assert first == scoring.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
     assert [len(p) for p in first] == [50, 50, 50]
     assert first[0][:25] == first[1][:25]

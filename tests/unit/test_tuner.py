@@ -110,7 +110,11 @@ def measure_by_budget(configs: dict[str, dict[str, Any]]) -> Any:
 
 
 def make_tuner(
-    tmp_path: Path, s: LLMDeploymentSpec, runtime: ScriptedRuntime, **options: Any
+    tmp_path: Path,
+    s: LLMDeploymentSpec,
+    runtime: ScriptedRuntime,
+    gate: Any = None,
+    **options: Any,
 ) -> Tuner:
     started: dict[str, dict[str, Any]] = {}
 
@@ -129,7 +133,49 @@ def make_tuner(
         served_name="tiny",
         store=RecordStore(tmp_path / "trials.jsonl"),
         options=TunerOptions(**options),
+        gate=gate,
     )
+
+
+class RefusingFp8:
+    """A quality gate that refuses an fp8 KV cache (the real gate, against real engines, is
+    tests/engine/test_quality_gate.py); it records which trials it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str | None, dict[str, Any]]] = []
+
+    def after(
+        self, label: str | None, settings: dict[str, Any], url: str, measured: Measurement
+    ) -> Measurement:
+        self.seen.append((label, settings))
+        if settings.get("kv_cache_dtype") == "fp8":
+            return measured.model_copy(update={"quality_refused": "quality gate: mean KL 0.12"})
+        return measured
+
+
+def test_a_configuration_that_fails_the_quality_gate_cannot_win(tmp_path: Path) -> None:
+    """Every fp8 trial carries the load (its capacity is the same as without fp8) but fails
+    the gate: it is recorded as measured, infeasible, with the gate's words; the winner is a
+    lossless configuration."""
+    s = spec(
+        maxTrials=8,
+        quality={"allowLossy": True},
+        searchSpace={"kvCacheDtype": ["auto", "fp8"]},
+    )
+    gate = RefusingFp8()
+    outcome = make_tuner(tmp_path, s, ScriptedRuntime(), gate=gate, patience=3).run()
+    refused = [r for r in outcome.records if r.params.get("kv_cache_dtype") == "fp8"]
+    assert refused, "the sampler drew fp8"
+    for record in refused:
+        assert record.state == TrialState.MEASURED
+        assert record.measurement is not None
+        assert record.measurement.capacity_rate > 0
+        assert not record.feasible
+        assert record.cause == "quality gate: mean KL 0.12"
+        assert min(record.constraints) >= 1.0
+    assert outcome.winner is not None
+    assert outcome.winner.params.get("kv_cache_dtype") != "fp8"
+    assert len(gate.seen) == sum(1 for r in outcome.records if r.launched)
 
 
 def test_defaults_miss_and_the_tuner_finds_a_configuration_that_meets_the_slo(

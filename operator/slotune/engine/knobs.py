@@ -103,6 +103,11 @@ class Knob:
         return names if self.negative is None else (*names, self.negative)
 
 
+def lossy_settings(knobs: tuple[Knob, ...], settings: Mapping[str, Any]) -> list[str]:
+    """The settings (by field) whose values change what the model computes."""
+    return [k.field for k in knobs if k.is_lossy(settings.get(k.field))]
+
+
 def render_knobs(knobs: tuple[Knob, ...], explicit: Mapping[str, Any]) -> list[str]:
     """The settings given (`EngineArgs.explicit()`) as the engine's flags, in full-name form and
     in the order of its registry (a stable order: another would roll every engine)."""

@@ -29,6 +29,7 @@ from slotune.local.report import (
 from slotune.measure.probe import CapacityMeasure
 from slotune.models import LLMDeployment, LLMDeploymentSpec
 from slotune.runtime import EngineConfig
+from slotune.tuner.gate import StudyGate
 from slotune.tuner.loop import (
     Progress,
     Replicas,
@@ -99,6 +100,8 @@ def _line(p: Progress) -> str:
             f"vs {_rate(c.target_rate)} needed: {c.verdict}"
             f"  (probes {probes})"
         )
+        if m.quality is not None:
+            body += f"\n        quality: {m.quality.describe()}: {m.quality_refused or 'passes'}"
     best = (
         f"best #{p.best.number} {p.best.measurement.capacity_rate:.3g} req/s"
         if p.best and p.best.measurement
@@ -307,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         storage=args.storage,
         extra_env=extra_env,
+        gate=StudyGate.of_study(spec, platform.engine, served, out / "quality-reference.json"),
     )
     resumed = len(tuner.records)
     name = deployment.metadata.name

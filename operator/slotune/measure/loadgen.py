@@ -244,6 +244,15 @@ def request_body(model: str, plan: PlannedRequest) -> dict[str, Any]:
     }
 
 
+def api_key() -> str | None:
+    """The engine's API key, where this process has it: an engine started with one (from the
+    LLMDeployment's Secret, in the engine's variable) wants it on /v1, and a trial's load Job
+    has the same variable from the same Secret."""
+    return next(
+        (os.environ[e.api_key_env] for e in ENGINES.values() if e.api_key_env in os.environ), None
+    )
+
+
 def completions_url(url: str) -> str:
     """A server's base URL, or the full completions URL, as the completions URL."""
     url = url.rstrip("/")
@@ -576,11 +585,7 @@ async def sender(
     target = completions_url(url)
     connector = aiohttp.TCPConnector(limit=0)  # a pool limit would hide queueing from the lag
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    # An engine started with an API key (from the LLMDeployment's Secret, in the engine's
-    # variable) wants it on /v1; a trial's load Job has the same variable from the same Secret.
-    key = next(
-        (os.environ[e.api_key_env] for e in ENGINES.values() if e.api_key_env in os.environ), None
-    )
+    key = api_key()
     headers = {"Authorization": f"Bearer {key}"} if key else None
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, read_bufsize=_READ_BUFFER_BYTES, headers=headers

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from slotune.engine import DEFAULT_KIND, ENGINES
 from slotune.measure.capacity import Ceiling, MeasureRequest
-from slotune.models import LLMDeploymentSpec, SloSpec, WorkloadSpec
+from slotune.models import LLMDeploymentSpec, QualitySpec, SloSpec, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class LoadArgs:
     request: MeasureRequest
     engine: str = DEFAULT_KIND
     result_file: Path | None = None
+    quality: QualitySpec | None = None
+    """The quality gate's bounds, for a lossy configuration; the reference is `reference_url`."""
+    reference_url: str | None = None
 
     def argv(self) -> list[str]:
         """The arguments after `slotune trial-load`."""
@@ -54,6 +57,10 @@ class LoadArgs:
             args.append("--precise")
         if self.request.spread:
             args += ["--spread", f"{self.request.spread:.6g}"]
+        if self.quality is not None:
+            args += ["--quality", self.quality.model_dump_json(by_alias=True)]
+        if self.reference_url is not None:
+            args += ["--reference-url", self.reference_url]
         return args
 
     @classmethod
@@ -88,6 +95,12 @@ class LoadArgs:
             help="the platform's between-start spread (sd of ln rate), added to the interval",
         )
         parser.add_argument("--result-file", type=Path, default=None)
+        parser.add_argument(
+            "--quality", help="tuning.quality, as JSON: gate the engine's quality after measuring"
+        )
+        parser.add_argument(
+            "--reference-url", help="the quality gate's reference engine (the serving Service)"
+        )
         args = parser.parse_args(argv)
         return cls(
             url=args.url,
@@ -104,6 +117,8 @@ class LoadArgs:
                 spread=args.spread,
             ),
             result_file=args.result_file,
+            quality=QualitySpec.model_validate_json(args.quality) if args.quality else None,
+            reference_url=args.reference_url,
         )
 
     def spec(self) -> LLMDeploymentSpec:

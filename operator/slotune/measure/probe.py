@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from slotune.engine import DEFAULT_KIND, engine_for
 from slotune.engine.base import Engine
-from slotune.measure import capacity, loadgen
+from slotune.measure import capacity, loadgen, scoring
 from slotune.measure.capacity import (
     DECODE_CONCURRENCY,
     PREFILL_CONCURRENCY,
@@ -625,11 +625,35 @@ def trial_load_main(argv: list[str]) -> int:
     )
     request = args.request
     measurement = measure(args.url, request)
+    if args.quality is not None:
+        measurement = gate_in_job(args, measurement)
     text = compact(measurement)
     if args.result_file is not None:
         args.result_file.write_text(text)
     sys.stdout.write(text + "\n")
     return 0
+
+
+def gate_in_job(args: LoadArgs, measured: Measurement) -> Measurement:
+    """The quality gate as a trial's load Job runs it: the reference's sequences taken from the
+    serving engines, and the trial's engine held to them (nothing new is started)."""
+    if args.quality is None:
+        return measured
+    if args.reference_url is None:
+        return measured.model_copy(
+            update={
+                "quality_refused": "quality gate: no reference engine (strategy InPlace runs "
+                "the trial on the serving pods); lossy settings need strategy Canary"
+            }
+        )
+    key = loadgen.api_key()
+    reference = scoring.Reference.take(
+        scoring.Scorer(args.reference_url, args.model, key),
+        scoring.shaped_prompts(args.quality, args.workload, args.request.seed),
+        args.quality.generated_tokens,
+    )
+    figures = reference.hold(scoring.Scorer(args.url, args.model, key))
+    return measured.gated(figures, args.quality)
 
 
 TERMINATION_MESSAGE_BYTES = 4096

@@ -22,20 +22,18 @@ distribution, where the bound is tight.
 With random weights (`--load-format dummy`) the KL measures numeric perturbation, not task
 quality, and a near-uniform distribution makes agreement a tie-break: figures from such runs
 say so. The gate's code path is the one real weights take.
+
+This module is the arithmetic; `slotune.measure.scoring` asks the engines.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from slotune.measure import loadgen
 from slotune.models import QualitySpec
 
 TOP_K = 20
@@ -130,104 +128,3 @@ def judge(figures: QualityFigures, bounds: QualitySpec) -> str | None:
     if figures.agreement < bounds.min_agreement:
         broken.append(f"top-token agreement {figures.agreement:.3f} < {bounds.min_agreement:g}")
     return f"quality gate: {'; '.join(broken)}" if broken else None
-
-
-# --- the engine side: prompts, continuations, scores ------------------------------------------
-
-
-def prompts(
-    bounds: QualitySpec, *, prompt_tokens: int, shared_prefix_ratio: float, seed: int
-) -> list[list[int]]:
-    """Seeded prompts in the workload's shape (token ids, as the load generator sends them)."""
-    shape = loadgen.Workload(
-        num_requests=bounds.prompts,
-        seed=seed,
-        rate=math.inf,
-        prompt_tokens=prompt_tokens,
-        shared_prefix_ratio=shared_prefix_ratio,
-    )
-    return [
-        list(plan.prompt) for plan in loadgen.plan_requests(shape) if isinstance(plan.prompt, list)
-    ]
-
-
-@dataclass(frozen=True)
-class Scorer:
-    """One engine's OpenAI-compatible completions endpoint, asked one request at a time (so
-    that batching does not move its numbers between runs)."""
-
-    url: str
-    model: str
-    api_key: str | None = None
-    timeout: float = 300.0
-
-    def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(  # noqa: S310 - the trial's own http URL
-            loadgen.completions_url(self.url),
-            data=json.dumps({"model": self.model, **body}).encode(),
-            headers=headers,
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-            answer: dict[str, Any] = json.loads(response.read())
-        return answer
-
-    def continue_greedily(self, prompt: Sequence[int], tokens: int) -> list[int]:
-        """The prompt followed by `tokens` greedily generated tokens."""
-        if tokens == 0:
-            return list(prompt)
-        choice = self._complete(
-            {
-                "prompt": list(prompt),
-                "max_tokens": tokens,
-                "min_tokens": tokens,
-                "ignore_eos": True,
-                "temperature": 0,
-                "return_token_ids": True,
-            }
-        )["choices"][0]
-        return [*prompt, *choice["token_ids"]]
-
-    def score(self, sequence: Sequence[int]) -> list[NextToken]:
-        """The engine's top-k next tokens at every position of the sequence after the first."""
-        choice = self._complete(
-            {
-                "prompt": list(sequence),
-                "max_tokens": 1,
-                "temperature": 0,
-                "prompt_logprobs": TOP_K,
-            }
-        )["choices"][0]
-        return [_next_token(entry) for entry in choice["prompt_logprobs"][1:]]
-
-
-def _next_token(entry: Mapping[str, Mapping[str, Any]]) -> NextToken:
-    """One position of vLLM's prompt_logprobs: the top-k by rank (the actual token is listed
-    too, at its own rank, which may lie outside the top-k)."""
-    top = {
-        int(token): float(value["logprob"])
-        for token, value in entry.items()
-        if value.get("rank") is not None and value["rank"] <= TOP_K
-    }
-    if not top:
-        raise ValueError("a position came back without its top tokens")
-    return NextToken(top)
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The reference's sequences and its scores of them: what every candidate is held to."""
-
-    sequences: list[list[int]]
-    scores: list[list[NextToken]]
-
-    @classmethod
-    def take(cls, engine: Scorer, prompts: Sequence[Sequence[int]], generated: int) -> Reference:
-        sequences = [engine.continue_greedily(p, generated) for p in prompts]
-        return cls(sequences, [engine.score(s) for s in sequences])
-
-    def hold(self, candidate: Scorer) -> QualityFigures:
-        """The candidate's figures against this reference, on the same sequences."""
-        return compare(self.scores, [candidate.score(s) for s in self.sequences])

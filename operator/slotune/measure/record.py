@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slotune.measure.capacity import Capacity, Ceiling, non_negative
+from slotune.measure.quality import QualityFigures, judge
+from slotune.models import QualitySpec
 
 
 class Measurement(BaseModel):
@@ -34,6 +36,26 @@ class Measurement(BaseModel):
     failed: int = 0
     send_rate: float = 0.0
     scheduling_lag_p99: float | None = None
+    quality: QualityFigures | None = Field(
+        default=None,
+        description="A lossy configuration against the reference (the quality gate).",
+    )
+    quality_refused: str | None = Field(
+        default=None,
+        description="Why the configuration failed the quality gate: it is infeasible, whatever "
+        "its capacity.",
+    )
+    spec_decode_acceptance: float | None = Field(
+        default=None,
+        description="With speculative decoding: accepted draft tokens over proposed ones, "
+        "over the capacity search.",
+    )
+
+    def gated(self, figures: QualityFigures, bounds: QualitySpec) -> Measurement:
+        """This measurement with the quality gate's figures and verdict."""
+        return self.model_copy(
+            update={"quality": figures, "quality_refused": judge(figures, bounds)}
+        )
 
     @model_validator(mode="after")
     def _measured(self) -> Measurement:

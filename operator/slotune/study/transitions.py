@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from slotune import models, render
+from slotune.engine.knobs import lossy_settings
 from slotune.measure.capacity import Capacity
 from slotune.models import (
     ConditionType,
@@ -596,6 +597,10 @@ class StudyStep:
             _planned(current), rate=workload.request_rate
         )
         tuning.target_rate = round(request.target_rate, 4)
+        settings = self._planner(records).merged(current.params)
+        gated = self.spec.tuning.quality.allow_lossy and bool(
+            lossy_settings(render.engine_of(self.spec).knobs, settings)
+        )
         job = render.render_load_job(
             self.owner,
             self.spec,
@@ -605,6 +610,12 @@ class StudyStep:
             request=request,
             study=tuning.study,
             trial=current.number,
+            gated=gated,
+            reference_url=(
+                render.service_url(self.owner, self.spec)
+                if self.spec.tuning.strategy == "Canary"
+                else None
+            ),
         )
         self.actions.append(Apply(job))
         current.job = job["metadata"]["name"]

@@ -299,6 +299,8 @@ def shown(record: TrialRecord) -> models.TrialSummary:
         at_target=str(c.at_target) if c and c.at_target else None,
         feasible=record.feasible,
         cause=(record.cause or "")[:300] or None,
+        quality=m.quality.describe() if (m := record.measurement) and m.quality else None,
+        spec_decode_acceptance=m.spec_decode_acceptance if m else None,
     )
 
 

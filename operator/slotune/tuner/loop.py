@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import optuna
 from pydantic import ValidationError
@@ -245,16 +245,16 @@ class Planner:
 
     # -- configurations --------------------------------------------------------------------
 
-    def _merged(self, params: dict[str, Any]) -> dict[str, Any]:
+    def merged(self, params: dict[str, Any]) -> dict[str, Any]:
         """The spec's own settings with the trial's params on top."""
         return {**self.spec.engine.args.explicit(), **params}
 
     def engine_args(self, params: dict[str, Any]) -> EngineArgs:
-        return EngineArgs.model_validate(self._merged(params))
+        return EngineArgs.model_validate(self.merged(params))
 
     def problems(self, params: dict[str, Any]) -> list[str]:
         """The engine's rule table first (its messages name the rule), then the field ranges."""
-        unchecked = EngineArgs.model_construct(**self._merged(params))
+        unchecked = EngineArgs.model_construct(**self.merged(params))
         backend: Any = self.platform.backend
         problems = self.platform.engine.check_config(
             unchecked, self.spec.engine.extra_args, backend, self.spec.engine.image
@@ -329,6 +329,8 @@ class Planner:
             score = 0.0
         else:
             constraints = sampling.capacity_constraints(measurement)
+            if measurement.quality_refused:
+                constraints = sampling.refused_constraints(constraints)
             bounds = {name: t.max_seconds for name, t in self.slo.targets().items()}
             score = _score(self.spec.tuning.objective, measurement, bounds)
         return TrialRecord(
@@ -337,7 +339,7 @@ class Planner:
             label=planned.label,
             params=planned.params,
             state=launch.state,
-            cause=launch.cause,
+            cause=launch.cause or (measurement.quality_refused if measurement else None),
             failure_kind=launch.failure_kind,
             facts=launch.facts,
             measurement=measurement,
@@ -439,7 +441,11 @@ class Planner:
                 if self._launched() >= self.spec.tuning.max_trials:
                     return None
                 return self._re_measure(candidate)
-            if again[-1].measurement is not None and _confirmed(candidate, again[-1]).feasible:
+            if (
+                again[-1].measurement is not None
+                and not _refused(again[-1])
+                and _confirmed(candidate, again[-1]).feasible
+            ):
                 return Finished(
                     winner=candidate,
                     stopped_because="a configuration was confirmed feasible",
@@ -510,7 +516,7 @@ class Planner:
         start may resolve them); with neither, the ones that carry the most (so that the study
         can say, re-measured, how far the best falls short), equal capacities ranked by how
         near each came to passing the next rate."""
-        screened = [r for r in self.records if r.phase == "screen"]
+        screened = [r for r in self.records if r.phase == "screen" and not _refused(r)]
         feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
         unresolved = sorted((r for r in screened if _unresolved(r)), key=lambda r: -r.score)
         if feasible or unresolved:
@@ -537,6 +543,8 @@ class Planner:
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
             both = _confirmed(candidate, again) if again.measurement is not None else None
+            if _refused(again):  # its second start failed the quality gate
+                continue
             if both is not None and both.feasible:
                 confirmed.append((both, candidate))
             elif both is not None:
@@ -563,6 +571,14 @@ class Planner:
         return Finished(winner=winner, stopped_because=stopped, confirmed=chosen)
 
 
+class Gate(Protocol):
+    """The quality gate of a study that allows lossy settings (`slotune.tuner.gate`)."""
+
+    def after(
+        self, label: str | None, settings: dict[str, Any], url: str, measured: Measurement
+    ) -> Measurement: ...
+
+
 class Tuner(Planner):
     """Runs one study on one runtime (`tune --local`, the benchmarks): plans as `Planner`
     does, launches each trial, and keeps every record in `store` as it goes."""
@@ -583,6 +599,7 @@ class Tuner(Planner):
         extra_env: tuple[tuple[str, str], ...] = (),
         sampler: optuna.samplers.BaseSampler | None = None,
         space: Space | None = None,
+        gate: Gate | None = None,
     ) -> None:
         super().__init__(
             spec,
@@ -600,6 +617,8 @@ class Tuner(Planner):
         self.measure = measure
         self.store = store
         self.clock = clock
+        self.gate = gate
+        """The quality gate, where the study allows lossy settings (`slotune.tuner.gate`)."""
 
     def record(self, record: TrialRecord) -> None:
         """Keeps a finished trial: in the store, in memory, and in the study."""
@@ -619,6 +638,10 @@ class Tuner(Planner):
             )
         try:
             measurement = self.measure(engine.base_url, request or self.measure_request(planned))
+            if self.gate is not None:
+                measurement = self.gate.after(
+                    planned.label, self.merged(params), engine.base_url, measurement
+                )
         finally:
             engine.stop()
         return Launch(TrialState.MEASURED, measurement=measurement, facts=asdict(engine.facts))
@@ -688,6 +711,11 @@ def versus_defaults(records: Sequence[TrialRecord], confirmed: Capacity) -> Comp
     if base is None or base.rate <= 0 or confirmed.rate <= 0:
         return None
     return versus(confirmed, base)
+
+
+def _refused(record: TrialRecord) -> bool:
+    """Whether a trial failed the quality gate: it cannot win, whatever its capacity."""
+    return record.measurement is not None and record.measurement.quality_refused is not None
 
 
 def _unresolved(record: TrialRecord) -> bool:

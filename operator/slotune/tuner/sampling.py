@@ -36,6 +36,15 @@ def infeasible_constraints() -> list[float]:
     return [INFEASIBLE]
 
 
+QUALITY_REFUSED = 1.0
+"""How far a configuration that failed the quality gate violates the constraint: a measured
+capacity, but one that cannot win."""
+
+
+def refused_constraints(constraints: list[float]) -> list[float]:
+    return [max(c, QUALITY_REFUSED) for c in constraints]
+
+
 CONSTRAINT_NAMES = ["capacity"]
 
 

@@ -92,7 +92,9 @@ KNOBS: tuple[Knob, ...] = (
         "kvCacheDtype",
         short="kv",
         search={"h200": Choices(("auto", "fp8"))},
-        defaults={"h200": "auto"},
+        # Defaults everywhere: vLLM's defaults are a study's first trial and the quality gate's
+        # reference, lossless even where the spec's searchSpace names lossy values.
+        defaults={"cpu": "auto", "h200": "auto"},
         lossy=lambda dtype: dtype in LOSSY_KV_CACHE_DTYPES,
     ),
     Knob(
@@ -102,7 +104,7 @@ KNOBS: tuple[Knob, ...] = (
         short="quant",
         aliases=("-q",),
         search={"h200": Choices(("none", "fp8"))},
-        defaults={"h200": "none"},
+        defaults={"cpu": "none", "h200": "none"},
         lossy=lambda method: method != "none",
         off="none",
     ),
