@@ -1,5 +1,6 @@
 """vLLM's flag tables per release, from the tables dumped from the real parsers (no fakes): a
-spec is checked against its image's version, and what a release removed is named.
+spec is checked against its image's version, and `slotune validate --engine-version` says what
+moving it to another version breaks.
 
 The differences used here are the real ones: 0.32.0 added `--grpc-port` and dropped the value
 `all` of `--mamba-cache-mode` (deprecated in 0.31.0's source); `--max-num-partial-prefills`
@@ -10,7 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from slotune import cli
 from slotune.engine.vllm import ENGINE, tables
 from slotune.engine.vllm import rules as vllm
 from slotune.models import SloSpec
@@ -110,3 +113,64 @@ def test_the_histogram_flag_is_added_only_for_a_release_that_has_it() -> None:
     assert ENGINE.observability_args(slo, "example.com/vllm-cpu:v0.31.0", []) == []
     added = ENGINE.observability_args(slo, "example.com/vllm-cpu:v0.32.0", [])
     assert added[0] == "--custom-histogram-buckets"
+
+
+def spec_file(tmp_path: Path, image: str, extra_args: list[str]) -> Path:
+    doc = yaml.safe_load((ROOT / "samples" / "llama-8b.yaml").read_text())
+    doc["spec"]["engine"]["image"] = image
+    doc["spec"]["engine"]["extraArgs"] = extra_args
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_validate_engine_version_reports_what_an_upgrade_breaks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = spec_file(tmp_path, "example.com/vllm-cpu:v0.31.0", ["--mamba-cache-mode", "all"])
+    assert cli.main(["validate", str(path)]) == 0
+    assert cli.main(["validate", "--engine-version", "0.31.0", str(path)]) == 0
+    assert "valid for engine version 0.31.0" in capsys.readouterr().out
+    assert cli.main(["validate", "--engine-version", "0.32.0", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "llama-8b: with vLLM 0.32.0: spec.engine.extraArgs[0]: 'all' was removed from "
+        "--mamba-cache-mode in vLLM 0.32.0 (0.31.0 has it)" in err
+    )
+
+
+def test_validate_engine_version_reports_what_a_downgrade_breaks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = spec_file(tmp_path, "example.com/vllm-cpu:v0.32.0", ["--grpc-port", "50051"])
+    assert cli.main(["validate", "--engine-version", "0.32.0", str(path)]) == 0
+    assert cli.main(["validate", "--engine-version", "0.31.0", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "with vLLM 0.31.0: spec.engine.extraArgs[0]: --grpc-port is not a flag of" in err
+
+
+def test_validate_engine_version_prints_a_problem_of_the_images_own_version_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = spec_file(tmp_path, "example.com/vllm-cpu:v0.31.0", ["--grpc-port", "50051"])
+    assert cli.main(["validate", "--engine-version", "0.31.0", str(path)]) == 1
+    assert capsys.readouterr().err.count("--grpc-port is not a flag of vLLM 0.31.0") == 1
+
+
+def test_validate_refuses_an_engine_version_without_a_table_and_names_those_it_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = spec_file(tmp_path, "example.com/vllm-cpu:v0.32.0", [])
+    assert cli.main(["validate", "--engine-version", "0.33.0", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"no flag table for vLLM 0.33.0 (it has {', '.join(tables.supported_versions())})" in err
+
+
+def test_validate_engine_version_warns_for_an_engine_without_tables(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sglang = ROOT / "samples" / "qwen-sglang.yaml"
+    assert cli.main(["validate", "--engine-version", "0.32.0", str(sglang)]) == 0
+    assert "warning: --engine-version: slotune has no flag tables of SGLang" in (
+        capsys.readouterr().err
+    )

@@ -129,6 +129,7 @@ class Vllm:
     }
     model_label = "model_name"
     knobs: tuple[Knob, ...] = rules.KNOBS
+    flag_table_versions: tuple[str, ...] = tables.supported_versions()
     metrics: Mapping[str, tuple[str, ...]] = {name: names for name, (_, names) in SERIES.items()}
     default_buckets: Mapping[str, tuple[float, ...]] = {
         name: DEFAULT_BUCKETS[family] for name, family in TARGET_FAMILY.items()
@@ -164,15 +165,18 @@ class Vllm:
         return [HISTOGRAM_FLAG, custom_histogram_buckets(slo)]
 
     def check_config(
-        self, args: EngineArgs, extra_args: list[str], backend: AttentionBackend, image: str
+        self,
+        args: EngineArgs,
+        extra_args: list[str],
+        backend: AttentionBackend,
+        image: str,
+        *,
+        version: str | None = None,
     ) -> list[Violation]:
-        return rules.check_config(
-            args,
-            extra_args,
-            backend,
-            tables.version_of_image(image),
-            exact=tables.exact_table(image),
-        )
+        # A version given is one of the tables'; an image's may have none (then the nearest).
+        exact = version is not None or tables.exact_table(image)
+        version = version or tables.version_of_image(image)
+        return rules.check_config(args, extra_args, backend, version, exact=exact)
 
     def check_resources(
         self, extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None
