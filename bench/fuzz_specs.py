@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from slotune.engine.vllm import rules as vllm
+from slotune.engine.vllm import tables
 from support.cluster import Cluster, OperatorProcess, llmd
 from support.controlplane import ControlPlane, bin_dir_from_env
 
@@ -393,7 +394,7 @@ def _judge(cluster: Cluster, name: str) -> tuple[str, str]:
         if engine.get("kind", "vllm") == "vllm":
             image = engine.get("image") or "vllm/vllm-openai:v0.32.0"
             refused = vllm.check_extra_args(
-                list(engine.get("extraArgs") or []), vllm.version_of_image(image)
+                list(engine.get("extraArgs") or []), tables.version_of_image(image)
             )
             if refused:
                 return "served args the parser refuses", "; ".join(map(str, refused))[:300]

@@ -63,20 +63,55 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def upgrade_problems(
+    deployment: models.LLMDeployment, version: str, reported: list[str]
+) -> tuple[list[str], str]:
+    """What moving a deployment's engine to `version` breaks, checked against that version's
+    flag table, less what is `reported` already (the version is the image's own); and a
+    warning where its engine has no tables to check against."""
+    given = deployment.spec.engine
+    engine = ENGINES.get(given.kind)
+    if engine is None:
+        return [], ""  # the kind itself is reported with the spec's problems
+    if not engine.flag_table_versions:
+        return [], f"--engine-version: slotune has no flag tables of {engine.title}; not checked"
+    if version not in engine.flag_table_versions:
+        return [
+            f"--engine-version: slotune has no flag table for {engine.title} {version} (it has "
+            f"{', '.join(engine.flag_table_versions)})"
+        ], ""
+    found = engine.check_config(
+        given.args, given.extra_args, given.attention_backend, given.image, version=version
+    )
+    return [
+        f"with {engine.title} {version}: {violation}"
+        for violation in map(str, found)
+        if not any(problem.endswith(f": {violation}") for problem in reported)
+    ], ""
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     failed = False
     for path in args.files:
         deployments, problems = _load_deployments(path)
         for problem in problems:
             print(problem, file=sys.stderr)
-        failed = failed or bool(problems)
         for deployment in deployments:
+            name = deployment.metadata.name
             engine = ENGINES.get(deployment.spec.engine.kind)
-            note = engine.image_note(deployment.spec.engine.image) if engine else ""
-            if note:
-                print(f"{path}: {deployment.metadata.name}: warning: {note}", file=sys.stderr)
+            notes = [engine.image_note(deployment.spec.engine.image) if engine else ""]
+            if args.engine_version:
+                upgrade, note = upgrade_problems(deployment, args.engine_version, problems)
+                problems += [f"{path}: {name}: {problem}" for problem in upgrade]
+                notes.append(note)
+                for problem in upgrade:
+                    print(f"{path}: {name}: {problem}", file=sys.stderr)
+            for note in filter(None, notes):
+                print(f"{path}: {name}: warning: {note}", file=sys.stderr)
+        failed = failed or bool(problems)
         if not problems:
-            print(f"{path}: {len(deployments)} LLMDeployment(s) valid")
+            upgraded = f" for engine version {args.engine_version}" if args.engine_version else ""
+            print(f"{path}: {len(deployments)} LLMDeployment(s) valid{upgraded}")
     return 1 if failed else 0
 
 
@@ -140,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check LLMDeployment files against the API and vLLM's rules"
     )
     validate.add_argument("files", type=Path, nargs="+")
+    validate.add_argument(
+        "--engine-version",
+        metavar="VERSION",
+        help="also check each spec against this engine version's flag table (e.g. 0.32.0): "
+        "what upgrading its image to that version breaks",
+    )
     validate.set_defaults(func=cmd_validate)
 
     render_cmd = commands.add_parser("render", help="print the objects an LLMDeployment becomes")

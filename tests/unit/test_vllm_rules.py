@@ -3,6 +3,7 @@
 import pytest
 
 from slotune.engine.vllm import rules as vllm
+from slotune.engine.vllm import tables
 from slotune.models import EngineArgs
 from slotune.spec import parse_spec
 
@@ -59,7 +60,7 @@ def test_batched_tokens_below_seqs_is_refused() -> None:
         (["--chunked-prefill-size=4096"], "--max-num-batched-tokens"),
         (["--swap-space", "4"], "--kv-offloading-size"),
         (["--tokenizer-pool-size", "4"], "--renderer-num-workers"),
-        (["--max-num-partial-prefills", "2"], "does not exist in vLLM"),
+        (["--max-num-partial-prefills", "2"], "use --long-prefill-token-threshold"),
         (["--max-num-batched-tokens", "4096"], "set spec.engine.args.maxNumBatchedTokens"),
         (["--max_num_seqs", "64"], "set spec.engine.args.maxNumSeqs"),
         (["--no-enable-prefix-caching"], "set spec.engine.args.enablePrefixCaching"),
@@ -145,7 +146,7 @@ def test_unset_settings_are_left_to_vllm() -> None:
     ],
 )
 def test_flag_table_version_follows_the_image_tag(image: str, version: str) -> None:
-    assert vllm.version_of_image(image) == version
+    assert tables.version_of_image(image) == version
 
 
 def test_a_typographic_dash_is_named_and_the_flag_meant_is_checked() -> None:
@@ -215,11 +216,11 @@ def test_the_flag_table_knows_how_many_values_each_flag_takes() -> None:
 
 
 def test_an_image_without_a_flag_table_is_named_and_checked_against_the_pinned_one() -> None:
-    assert vllm.flag_table_note("vllm/vllm-openai:v0.32.0") == ""
-    note = vllm.flag_table_note("vllm/vllm-openai:v0.33.0")
+    assert tables.flag_table_note("vllm/vllm-openai:v0.32.0") == ""
+    note = tables.flag_table_note("vllm/vllm-openai:v0.33.0")
     assert "checked against vLLM 0.32.0's parser" in note
     assert "no flag table for vLLM 0.33.0" in note
-    assert "no flag table for vLLM of 'vllm/vllm-openai:latest'" in vllm.flag_table_note(
+    assert "no flag table for vLLM of 'vllm/vllm-openai:latest'" in tables.flag_table_note(
         "vllm/vllm-openai:latest"
     )
 

@@ -146,10 +146,23 @@ class Engine(Protocol):
         """Flags that add bucket bounds around the SLO's thresholds, so Prometheus can judge
         the live SLO; empty where the image's engine has no such flag or the user set it."""
 
+    @property
+    def flag_table_versions(self) -> tuple[str, ...]:
+        """The engine versions slotune has a flag table of, oldest first (none: its flags are
+        not checked against a parser's)."""
+
     def check_config(
-        self, args: EngineArgs, extra_args: list[str], backend: AttentionBackend, image: str
+        self,
+        args: EngineArgs,
+        extra_args: list[str],
+        backend: AttentionBackend,
+        image: str,
+        *,
+        version: str | None = None,
     ) -> list[Violation]:
-        """Every rule of the engine's a configuration breaks, checked before it is launched."""
+        """Every rule of the engine's a configuration breaks, checked before it is launched:
+        against the image's engine version, or `version` (one of `flag_table_versions`: what
+        moving the configuration to that version breaks)."""
 
     def check_resources(
         self, extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None

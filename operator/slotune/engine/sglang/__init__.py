@@ -159,6 +159,7 @@ class Sglang:
     }
     model_label = "model_name"
     knobs = KNOBS
+    flag_table_versions: tuple[str, ...] = ()  # SGLang's parser is not dumped yet
     metrics = METRICS
     default_buckets = DEFAULT_BUCKETS
 
@@ -198,7 +199,13 @@ class Sglang:
         return rendered
 
     def check_config(
-        self, args: EngineArgs, extra_args: list[str], backend: AttentionBackend, image: str
+        self,
+        args: EngineArgs,
+        extra_args: list[str],
+        backend: AttentionBackend,
+        image: str,
+        *,
+        version: str | None = None,
     ) -> list[Violation]:
         problems = []
         taken = {knob.field for knob in KNOBS}

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from slotune.engine.base import THRESHOLD_FACTORS, MetricKind, Violation, bounds_around
 from slotune.engine.knobs import Knob
 from slotune.engine.startup import StartFailure, StartupFacts
-from slotune.engine.vllm import rules, startup
+from slotune.engine.vllm import rules, startup, tables
 from slotune.models import AttentionBackend, EngineArgs, SloSpec
 
 # Every vLLM series slotune reads: signal → (kind, the names it has had, newest first).
@@ -129,6 +129,7 @@ class Vllm:
     }
     model_label = "model_name"
     knobs: tuple[Knob, ...] = rules.KNOBS
+    flag_table_versions: tuple[str, ...] = tables.supported_versions()
     metrics: Mapping[str, tuple[str, ...]] = {name: names for name, (_, names) in SERIES.items()}
     default_buckets: Mapping[str, tuple[float, ...]] = {
         name: DEFAULT_BUCKETS[family] for name, family in TARGET_FAMILY.items()
@@ -158,17 +159,24 @@ class Vllm:
     def observability_args(self, slo: SloSpec, image: str, extra_args: list[str]) -> list[str]:
         # vLLM's default latency buckets cannot decide most SLOs (none between 1 s and 2.5 s
         # for TTFT); the flag exists from 0.32 on.
-        known = rules.known_flags(rules.version_of_image(image))
+        known = tables.known_flags(tables.version_of_image(image))
         if HISTOGRAM_FLAG not in known or HISTOGRAM_FLAG in extra_args:
             return []
         return [HISTOGRAM_FLAG, custom_histogram_buckets(slo)]
 
     def check_config(
-        self, args: EngineArgs, extra_args: list[str], backend: AttentionBackend, image: str
+        self,
+        args: EngineArgs,
+        extra_args: list[str],
+        backend: AttentionBackend,
+        image: str,
+        *,
+        version: str | None = None,
     ) -> list[Violation]:
-        return rules.check_config(
-            args, extra_args, backend, rules.version_of_image(image), exact=rules.exact_table(image)
-        )
+        # A version given is one of the tables'; an image's may have none (then the nearest).
+        exact = version is not None or tables.exact_table(image)
+        version = version or tables.version_of_image(image)
+        return rules.check_config(args, extra_args, backend, version, exact=exact)
 
     def check_resources(
         self, extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None
@@ -182,7 +190,7 @@ class Vllm:
         return rules.kv_cache_dtype_hint(value)
 
     def image_note(self, image: str) -> str:
-        return rules.flag_table_note(image)
+        return tables.flag_table_note(image)
 
     def parse_startup(self, log: str) -> StartupFacts:
         return startup.parse_startup(log)

@@ -3,8 +3,8 @@
 Everything here is plain data and pure functions, so the rules can be tested without an
 engine and checked *before* a configuration is launched (a crash is the expensive way to learn
 that `--block-size 8` is invalid on FlashAttention). Facts come from vLLM's own source for the
-pinned version; the set of flags its `vllm serve` parser accepts is dumped from that parser by
-`scripts/dump-vllm-flags.py` into `flags/<version>.txt`.
+pinned version; the flags each release's `vllm serve` parser accepts are dumped from that
+parser into `flags/<version>.txt` and read by `tables`, which also says what a release removed.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any, get_args
 
 from slotune.engine.base import Violation
 from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
+from slotune.engine.vllm import tables
+from slotune.engine.vllm.tables import PINNED_VERSION, flag_arity, flag_values, known_flags
 from slotune.models import (
     LOSSY_KV_CACHE_DTYPES,
     AttentionBackend,
@@ -28,7 +28,6 @@ from slotune.models import (
     SpeculativeConfig,
 )
 
-PINNED_VERSION = "0.32.0"
 DEFAULT_PORT = 8000
 
 
@@ -253,34 +252,6 @@ def kv_cache_dtype_hint(value: str) -> str:
     return "nearest: " + "; ".join(where(d) for d in near[:3])
 
 
-@cache
-def flag_arity(version: str = PINNED_VERSION) -> Mapping[str, str]:
-    """Every option string vLLM's `serve` parser accepts, with the number of values it takes
-    as argparse counts them ("0", "1", "?", "*", "+"), dumped from the real parser."""
-    table = resources.files("slotune.engine.vllm").joinpath("flags", f"{version}.txt")
-    arity = {}
-    for line in table.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            option, counted, *_ = line.split()
-            arity[option] = counted
-    return arity
-
-
-@cache
-def flag_values(version: str = PINNED_VERSION) -> Mapping[str, tuple[str, tuple[str, ...]]]:
-    """For each option whose parser converts or lists its values: the type (`int`, `float`,
-    or `-`) and the values it accepts (empty: any), dumped from the real parser."""
-    table = resources.files("slotune.engine.vllm").joinpath("flags", f"{version}.txt")
-    found = {}
-    for line in table.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            option, _, *rest = line.split()
-            kind, choices = [*rest, "-", "-"][:2]
-            if kind != "-" or choices != "-":
-                found[option] = (kind, tuple(choices.split(",")) if choices != "-" else ())
-    return found
-
-
 def _value_problem(option: str, value: str, version: str, *, choices_too: bool) -> str | None:
     """Why vLLM's parser would refuse `value` for `option`, if it would. The types of values
     hold from release to release; the lists of choices grow, so they are checked only against
@@ -297,53 +268,14 @@ def _value_problem(option: str, value: str, version: str, *, choices_too: bool) 
     except ValueError:
         return f"{option} takes {'an integer' if kind == 'int' else 'a number'}, not {value!r}"
     if choices and str(converted) not in choices:
+        removal = tables.removed_value(option, str(converted), version)
+        if removal is not None:
+            left = ", ".join(choices)
+            return f"{value!r} was removed from {option} {removal.when()}: use one of {left}"
         near = difflib.get_close_matches(value, choices, n=1)
         hint = f"; did you mean {near[0]}?" if near else f" (one of {', '.join(choices)})"
         return f"{value!r} is not a value {option} takes{hint}"
     return None
-
-
-def known_flags(version: str = PINNED_VERSION) -> frozenset[str]:
-    """Every option string vLLM's `serve` parser accepts."""
-    return frozenset(flag_arity(version))
-
-
-def supported_versions() -> list[str]:
-    folder = resources.files("slotune.engine.vllm").joinpath("flags")
-    return sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
-
-
-def _tabled_version(image: str) -> str | None:
-    """The image tag's vLLM version (`…:v0.32.0` → 0.32.0), if slotune has its flag table."""
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
-    return match.group(1) if match and match.group(1) in supported_versions() else None
-
-
-def exact_table(image: str) -> bool:
-    """Whether slotune has the flag table of the image's own vLLM version."""
-    return _tabled_version(image) is not None
-
-
-def version_of_image(image: str) -> str:
-    """The vLLM version whose flag table applies to an image (`…:v0.32.0` → 0.32.0)."""
-    return _tabled_version(image) or PINNED_VERSION
-
-
-def flag_table_note(image: str) -> str:
-    """What an image's flags were checked against, when it is not the image's own version:
-    an image whose tag names no version with a table (a newer release, `:latest`) is checked
-    against the pinned table, which may lack its new flags or still list removed ones."""
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    match = re.match(r"^v?(\d+\.\d+\.\d+)", tag)
-    if match and match.group(1) in supported_versions():
-        return ""
-    version = match.group(1) if match else f"of {image!r}"
-    return (
-        f"the flags were checked against vLLM {PINNED_VERSION}'s parser: slotune has no flag "
-        f"table for vLLM {version} (it has {', '.join(supported_versions())}); pin an image "
-        "tag with one of those versions for an exact check"
-    )
 
 
 def _tuned_by_spelling() -> dict[str, Knob]:
@@ -422,6 +354,17 @@ def check_extra_args(
             problems.append(
                 Violation(where, f"{option} is managed by slotune: {MANAGED_FLAGS[option]}")
             )
+        elif option in known or _is_dotted_json_option(option, known) or _is_opt_level(option):
+            continue
+        elif (removal := tables.removed_flag(option, version)) is not None:
+            fix = tables.REPLACEMENTS.get(option, "remove it")
+            problems.append(
+                Violation(
+                    where,
+                    f"{option} was removed {removal.when()}: {fix} (vLLM {version} exits with "
+                    "'unrecognized arguments')",
+                )
+            )
         elif option in NONEXISTENT_FLAGS:
             problems.append(
                 Violation(
@@ -429,8 +372,15 @@ def check_extra_args(
                     f"{option} does not exist in vLLM {version}: {NONEXISTENT_FLAGS[option]}",
                 )
             )
-        elif option in known or _is_dotted_json_option(option, known) or _is_opt_level(option):
-            continue
+        elif (added := tables.added_in(option, version)) is not None:
+            problems.append(
+                Violation(
+                    where,
+                    f"{option} is not a flag of vLLM {version} (vLLM exits with 'unrecognized "
+                    f"arguments'): it came in vLLM {added}; remove it, or run an image of "
+                    f"{added} or later",
+                )
+            )
         else:
             completions = sorted(f for f in known if f.startswith(option) and f.startswith("--"))
             if completions:
