@@ -60,7 +60,7 @@ def test_a_flag_the_older_table_has_and_the_newer_lacks_is_removed_with_its_repl
         # 0.24.0 and 0.31.0 are not consecutive releases: the removal is placed between them.
         assert (
             "--max-num-partial-prefills was removed between vLLM 0.24.0 and 0.31.0: use "
-            "--long-prefill-token-threshold" in refused
+            "spec.engine.args.longPrefillTokenThreshold (--long-prefill-token-threshold)" in refused
         )
     refused = messages(vllm.check_extra_args(["--override-attention-dtype", "half"], "0.32.0"))
     assert "--override-attention-dtype was removed between vLLM 0.24.0 and 0.31.0: remove it" in (

@@ -60,7 +60,7 @@ def test_batched_tokens_below_seqs_is_refused() -> None:
         (["--chunked-prefill-size=4096"], "--max-num-batched-tokens"),
         (["--swap-space", "4"], "--kv-offloading-size"),
         (["--tokenizer-pool-size", "4"], "--renderer-num-workers"),
-        (["--max-num-partial-prefills", "2"], "use --long-prefill-token-threshold"),
+        (["--max-num-partial-prefills", "2"], "use spec.engine.args.longPrefillTokenThreshold"),
         (["--max-num-batched-tokens", "4096"], "set spec.engine.args.maxNumBatchedTokens"),
         (["--max_num_seqs", "64"], "set spec.engine.args.maxNumSeqs"),
         (["--no-enable-prefix-caching"], "set spec.engine.args.enablePrefixCaching"),
@@ -321,3 +321,17 @@ def test_typed_settings_are_checked_against_the_images_flag_table() -> None:
         }
     )
     assert vllm.check_version(args, vllm.PINNED_VERSION) == []
+
+
+def test_a_typed_setting_is_checked_against_the_table_of_the_images_release() -> None:
+    """ultraquant_4bit came to --kv-cache-dtype in 0.32.0: the 0.31.0 table refuses it. The
+    lossy knobs' flags are in every table kept (the GPU study's CUDA 0.24.0 included)."""
+    args = EngineArgs(kv_cache_dtype="ultraquant_4bit")
+    assert vllm.check_version(args, "0.32.0") == []
+    assert "is not a value --kv-cache-dtype takes" in messages(vllm.check_version(args, "0.31.0"))
+    lossy = EngineArgs.model_validate(
+        {"quantization": "fp8", "kvCacheDtype": "fp8",
+         "speculative": {"method": "ngram", "numSpeculativeTokens": 4}}
+    )  # fmt: skip
+    for version in ("0.24.0", "0.31.0", "0.32.0"):
+        assert vllm.check_version(lossy, version) == [], version

@@ -149,7 +149,7 @@ MANAGED_FLAGS: dict[str, str] = {
 NONEXISTENT_FLAGS: dict[str, str] = {
     "--chunked-prefill-size": "that is SGLang's flag; in vLLM the chunked-prefill budget is "
     "--max-num-batched-tokens (spec.engine.args.maxNumBatchedTokens), the per-request cap "
-    "--long-prefill-token-threshold",
+    "spec.engine.args.longPrefillTokenThreshold",
     "--swap-space": "removed from vLLM (V1 preempts by recompute, never swaps); for KV-cache "
     "offload to CPU use --kv-offloading-size",
     "--tokenizer-pool-size": "removed from vLLM with the V0 tokenizer pool; use "
@@ -165,9 +165,9 @@ NONEXISTENT_FLAGS: dict[str, str] = {
     "--max-paddings": "removed in early vLLM; CUDA-graph padding follows "
     "--cudagraph-capture-sizes / --max-cudagraph-capture-size",
     "--max-num-partial-prefills": "removed from vLLM (the V1 scheduler never enforced it); "
-    "use --long-prefill-token-threshold",
+    "use spec.engine.args.longPrefillTokenThreshold",
     "--max-long-partial-prefills": "removed from vLLM (the V1 scheduler never enforced it); "
-    "use --long-prefill-token-threshold",
+    "use spec.engine.args.longPrefillTokenThreshold",
     "--profile": "not a vLLM serve flag (vLLM would read it as --profiler-config); use "
     "--profiler-config",
     "--moe-enable-expert-parallelism": "use --enable-expert-parallel",

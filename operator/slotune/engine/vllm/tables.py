@@ -25,11 +25,13 @@ _KV_SCALES = "remove it; vLLM loads the k and v scales from the checkpoint, else
 
 # What to use instead of a flag a newer table lacks, where vLLM's source says; a flag the
 # tables show removed without an entry here is reported without one.
+_PREFILL_CAP = "use spec.engine.args.longPrefillTokenThreshold (--long-prefill-token-threshold)"
+
 REPLACEMENTS: dict[str, str] = {
     # 0.24.0's V1 scheduler reads only long_prefill_token_threshold; the two partial-prefill
     # limits were checked in SchedulerConfig and enforced nowhere.
-    "--max-num-partial-prefills": "use --long-prefill-token-threshold",
-    "--max-long-partial-prefills": "use --long-prefill-token-threshold",
+    "--max-num-partial-prefills": _PREFILL_CAP,
+    "--max-long-partial-prefills": _PREFILL_CAP,
     # 0.24.0 (config/cache.py): deprecated; "the scales will be loaded from the model
     # checkpoint if available, otherwise they default to 1.0". 0.31.0 has no such option.
     "--calculate-kv-scales": _KV_SCALES,
