@@ -15,11 +15,12 @@ from slotune.spec import parse_spec
 from slotune.study import trials
 
 OWNER = render.Owner(name="chat", namespace="llm", uid="1234")
-# Series only vLLM exposes, read by the local tools (the workload's shape, cache statistics).
+# Series only vLLM exposes, read by the local tools (the workload's shape, cache statistics)
+# and by the capacity search (speculative decoding's acceptance).
 VLLM_ONLY_SERIES = (
     "queue_time", "prefill_time", "decode_time", "request_prompt_tokens",
     "request_generation_tokens", "preemptions", "prefix_cache_hits", "prefix_cache_queries",
-    "admission_rejections", "cache_config",
+    "admission_rejections", "cache_config", "spec_decode_drafted", "spec_decode_accepted",
 )  # fmt: skip
 
 

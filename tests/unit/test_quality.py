@@ -7,6 +7,7 @@ import math
 import pytest
 
 from slotune.measure import quality, scoring
+from slotune.measure.probe import acceptance_rate
 from slotune.models import QualitySpec
 
 
@@ -89,3 +90,9 @@ def test_prompts_are_seeded_and_in_the_workloads_shape() -> None:
     assert first == scoring.prompts(bounds, prompt_tokens=50, shared_prefix_ratio=0.5, seed=4)
     assert [len(p) for p in first] == [50, 50, 50]
     assert first[0][:25] == first[1][:25]
+
+
+def test_acceptance_is_accepted_over_proposed_draft_tokens_between_two_readings() -> None:
+    assert acceptance_rate((100.0, 40.0), (1100.0, 640.0)) == 0.6
+    assert acceptance_rate((0.0, 0.0), (0.0, 0.0)) is None  # nothing proposed: no speculation
+    assert acceptance_rate(None, (10.0, 5.0)) is None  # the engine has no such counters

@@ -128,6 +128,16 @@ class _Engine:
             self._value(scrape, "preemptions"),
         )
 
+    def spec_decode_tokens(self) -> tuple[float, float] | None:
+        """(draft tokens proposed, accepted) so far, where the engine decodes speculatively."""
+        try:
+            scrape = self.metrics.scrape()
+        except MetricsUnavailable:
+            return None
+        drafted = self._value(scrape, "spec_decode_drafted")
+        accepted = self._value(scrape, "spec_decode_accepted")
+        return None if drafted is None or accepted is None else (drafted, accepted)
+
     def _progress(self) -> tuple[float, float] | None:
         """(requests in the engine, tokens it has processed so far)."""
         try:
@@ -210,6 +220,7 @@ class CapacityMeasure:
         if request.precise:
             settings = replace(settings, infeasible_precision=settings.precision)
         percentiles = {name: t.percentile for name, t in self.slo.targets().items()}
+        drafts_before = engine.spec_decode_tokens()
         probes: list[Probe] = []
         while (k := capacity.next_index(settings, probes, percentiles)) is not None:
             run = await self.probe(
@@ -228,7 +239,9 @@ class CapacityMeasure:
                 f"{', stopped once certain' if probe.stopped_early else ''})"
             )
         result = capacity.capacity_of(settings, probes, percentiles, spread=request.spread)
-        return measurement_of(self.slo, result, ceiling, engine.reset_available)
+        measured = measurement_of(self.slo, result, ceiling, engine.reset_available)
+        acceptance = acceptance_rate(drafts_before, engine.spec_decode_tokens())
+        return measured.model_copy(update={"spec_decode_acceptance": acceptance})
 
     def engine(self, base_url: str) -> _Engine:
         return _Engine(base_url, self.adapter)
@@ -632,6 +645,16 @@ def trial_load_main(argv: list[str]) -> int:
         args.result_file.write_text(text)
     sys.stdout.write(text + "\n")
     return 0
+
+
+def acceptance_rate(
+    before: tuple[float, float] | None, after: tuple[float, float] | None
+) -> float | None:
+    """Accepted over proposed draft tokens between two readings of the engine's counters; None
+    where the engine proposed none (no speculative decoding)."""
+    if before is None or after is None or after[0] - before[0] <= 0:
+        return None
+    return round((after[1] - before[1]) / (after[0] - before[0]), 4)
 
 
 def gate_in_job(args: LoadArgs, measured: Measurement) -> Measurement:

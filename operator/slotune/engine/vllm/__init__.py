@@ -48,6 +48,9 @@ SERIES: Mapping[str, tuple[MetricKind, tuple[str, ...]]] = {
         ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     ),
     "admission_rejections": ("counter", ("vllm:admission_rejections_total",)),
+    # speculative decoding (vllm/v1/spec_decode/metrics.py): proposed and accepted draft tokens
+    "spec_decode_drafted": ("counter", ("vllm:spec_decode_num_draft_tokens_total",)),
+    "spec_decode_accepted": ("counter", ("vllm:spec_decode_num_accepted_tokens_total",)),
     # gauges
     "kv_cache_usage": ("gauge", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
     "requests_running": ("gauge", ("vllm:num_requests_running",)),
