@@ -97,7 +97,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--configs",
-        default="defaults,winner",
+        default="defaults;winner",
         help="semicolon-separated: defaults, winner, trial numbers of the records, or "
         'NAME={"field": value, ...}',
     )
@@ -186,18 +186,28 @@ def main() -> int:
 
 class Gate:
     """The quality gate across the configurations of one session: the first takes the
-    reference (kept in a file, so that a later call goes on), every later one is held to it."""
+    reference (kept in a file, so that a later call goes on), every later one is held to it,
+    lossless ones too (a control: their KL is the engine's own noise). Unlike a study's gate
+    (`slotune.tuner.gate`), it gates every configuration, and a failure to score is printed
+    and kept in the results, not raised, so that the capacity measured is not lost."""
 
     def __init__(self, path: Path, spec: Any) -> None:
         self.path = path
         self.bounds = spec.tuning.quality
         self.workload = spec.tuning.workload
+        self.seed = spec.tuning.seed
 
     def check(self, label: str, engine: scoring.Scorer) -> dict[str, Any] | None:
+        try:
+            return self._check(label, engine)
+        except scoring.SCORING_ERRORS as error:
+            print(f"  {scoring.not_scored(error)}", flush=True)
+            return {"error": scoring.not_scored(error)}
+
+    def _check(self, label: str, engine: scoring.Scorer) -> dict[str, Any] | None:
         if not self.path.exists():
-            prompts = scoring.shaped_prompts(self.bounds, self.workload, seed=7)
-            reference = scoring.Reference.take(engine, prompts, self.bounds.generated_tokens)
-            self.path.write_text(reference.to_json())
+            reference = scoring.take_reference(engine, self.bounds, self.workload, self.seed)
+            reference.save(self.path)
             print(f"  {label} is the quality reference", flush=True)
             return {"reference": True}
         reference = scoring.Reference.from_json(self.path.read_text())

@@ -334,7 +334,7 @@ lossy)
       --model-dir '$here/llama-8b' --seeded-weights $weights --records /dev/null \
       --work /tmp/slotune-lossy --json /tmp/lossy.json --platform h100 --quality \
       --ceilings 'vllm-defaults,fp8' \
-      --configs 'defaults;fp8+sched={\"quantization\": \"fp8\", $sched};fp8={\"quantization\": \"fp8\"};sched={$sched}'
+      --configs 'defaults;fp8={\"quantization\": \"fp8\"};fp8+sched={\"quantization\": \"fp8\", $sched};sched={$sched}'
   " >>/tmp/slotune-lossy.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-lossy.pid
   echo "lossy side-by-side started (pid $!); bench/gpu/on-device.sh lossy-follow SECONDS brings it back"

@@ -249,13 +249,35 @@ KvCacheDtype = Literal[
 ]
 
 
+MODEL_FREE_SPECULATION = ("ngram", "suffix", "ngram_gpu")
+"""Speculative methods that propose tokens without a model of their own."""
+
+
 class SpeculativeConfig(ApiModel):
     """vLLM's --speculative-config, as much of it as slotune sets."""
 
-    method: Literal["ngram", "suffix", "draft_model"] = Field(
-        description="ngram: proposes tokens that followed the same n-gram earlier in the "
-        "prompt; suffix: from a suffix tree of the prompt and earlier answers; draft_model: "
-        "a smaller model (draftModel)."
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(self.method in ['ngram', 'suffix', 'ngram_gpu']) || !has(self.draftModel)",
+                    "draftModel goes with a method that has a model (draft_model, eagle, "
+                    "...), not with ngram, suffix or ngram_gpu",
+                ),
+                cel(
+                    "self.method != 'draft_model' || has(self.draftModel)",
+                    "method draft_model needs draftModel",
+                ),
+            ]
+        }
+    )
+
+    method: str = Field(
+        max_length=64,
+        pattern=r"^[a-z0-9_]+$",
+        description="vLLM's method: ngram (tokens that followed the same n-gram earlier in "
+        "the prompt), suffix (a suffix tree of the prompt and earlier answers), draft_model (a "
+        "smaller model, draftModel), or a method of the model's own (eagle, eagle3, mtp, ...).",
     )
     num_speculative_tokens: int = Field(
         ge=1, le=16, description="Tokens proposed per step (num_speculative_tokens)."
@@ -268,8 +290,13 @@ class SpeculativeConfig(ApiModel):
 
     @model_validator(mode="after")
     def _draft_model_with_its_method(self) -> SpeculativeConfig:
-        if (self.method == "draft_model") != (self.draft_model is not None):
-            raise ValueError("draftModel is needed by method draft_model, and only by it")
+        if self.method in MODEL_FREE_SPECULATION and self.draft_model is not None:
+            raise ValueError(
+                "draftModel goes with a method that has a model (draft_model, eagle, ...), "
+                "not with ngram, suffix or ngram_gpu"
+            )
+        if self.method == "draft_model" and self.draft_model is None:
+            raise ValueError("method draft_model needs draftModel")
         return self
 
     def flag_value(self) -> str:
@@ -335,11 +362,14 @@ class EngineArgs(ApiModel):
         description="KV-cache data type (--kv-cache-dtype). The fp8 and smaller types are "
         "lossy: a study tunes them only with spec.tuning.quality.allowLossy.",
     )
-    quantization: Literal["none", "fp8"] | None = Field(
+    quantization: str | None = Field(
         default=None,
-        description="Weights as the checkpoint has them (none) or quantized to fp8 at load "
-        "(--quantization fp8, online dynamic; lossy, and only on GPUs with fp8 units: Hopper, "
-        "Ada and later).",
+        max_length=64,
+        pattern=r"^[a-z0-9_-]+$",
+        description="--quantization: none (the checkpoint's own weights, no flag), a "
+        "checkpoint's method (awq, gptq, ...), or weights quantized at load: fp8 (online "
+        "dynamic, only on GPUs with fp8 units: Hopper, Ada and later) and vLLM's other online "
+        "methods, which are lossy.",
     )
     long_prefill_token_threshold: int | None = Field(
         default=None,
@@ -623,8 +653,8 @@ class SearchSpace(ApiModel):
     max_num_seqs: IntRange | None = None
     enable_prefix_caching: list[bool] | None = Field(default=None, min_length=1, max_length=2)
     kv_cache_dtype: list[KvCacheDtype] | None = Field(default=None, min_length=1, max_length=8)
-    quantization: list[Literal["none", "fp8"]] | None = Field(
-        default=None, min_length=1, max_length=2
+    quantization: list[Annotated[str, Field(max_length=64, pattern=r"^[a-z0-9_-]+$")]] | None = (
+        Field(default=None, min_length=1, max_length=8)
     )
 
 
@@ -704,25 +734,43 @@ class RetuneSpec(ApiModel):
     cooldown: Duration = Field(default="6h", description="Minimum time between studies.")
 
 
+LOSSLESS_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
 LOSSY_KV_CACHE_DTYPES = frozenset(
-    d for d in get_args(KvCacheDtype) if d not in ("auto", "float16", "bfloat16")
+    d for d in get_args(KvCacheDtype) if d not in LOSSLESS_KV_CACHE_DTYPES
 )
 """KV-cache types that store fewer bits than the model computes in: they change its output."""
+
+ONLINE_QUANTIZATION = frozenset(
+    {
+        "fp8",
+        "online",
+        "fp8_per_tensor",
+        "fp8_per_block",
+        "fp8_per_channel",
+        "mxfp8",
+        "mxfp4",
+        "int8_per_channel_weight_only",
+        "nvfp4_per_token",
+    }
+)
+"""--quantization methods that quantize the checkpoint's weights at load (vLLM 0.32's
+`_ONLINE_SHORTHANDS`, `online`, and `fp8`, its older spelling): they change the model's output.
+A checkpoint's own method (awq, gptq, ...) is how its weights already are, and not lossy here."""
 
 
 def lossy_in_search_space(space: SearchSpace) -> list[str]:
     """The lossy values a search space names, as `field=value`."""
     named = [f"kvCacheDtype={d}" for d in space.kv_cache_dtype or () if d in LOSSY_KV_CACHE_DTYPES]
-    named += [f"quantization={q}" for q in space.quantization or () if q != "none"]
+    named += [f"quantization={q}" for q in space.quantization or () if q in ONLINE_QUANTIZATION]
     return named
 
 
 class QualitySpec(ApiModel):
     """The quality gate every lossy configuration passes before it can win: its next-token
-    distributions against the reference's (the serving configuration, unquantized) over the
-    same token sequences. The default bounds are those under which 8-bit weight quantization
-    typically falls on real checkpoints (mean KL about 0.001-0.01, top token unchanged at about
-    98% of positions); they are a starting point, to be set from the scenario's own prompts."""
+    distributions against the reference's over the same token sequences. The reference is
+    lossless: vLLM's defaults in `tune --local`, the serving pods in the cluster (a lossy
+    serving configuration is no reference, and lossy trials are then refused). The default
+    bounds are a starting point, to be set from the scenario's own prompts."""
 
     allow_lossy: bool = Field(
         default=False,
@@ -752,6 +800,13 @@ class QualitySpec(ApiModel):
     prompts: int = Field(
         default=16, ge=1, le=256, description="Seeded prompts in the workload's shape."
     )
+    max_prompt_tokens: int = Field(
+        default=1024,
+        ge=16,
+        le=8192,
+        description="Longer prompts of the workload's shape are cut to this many tokens: "
+        "scoring computes the logits of every prompt position, which costs the engine memory.",
+    )
     generated_tokens: int = Field(
         default=16,
         ge=0,
@@ -771,12 +826,20 @@ class TuningSpec(ApiModel):
                     "(has(self.quality) && has(self.quality.allowLossy) && self.quality.allowLossy)"
                     " || !has(self.searchSpace)"
                     " || ((!has(self.searchSpace.kvCacheDtype) || self.searchSpace.kvCacheDtype"
-                    ".all(d, d in ['auto', 'float16', 'bfloat16']))"
+                    f".all(d, d in {list(LOSSLESS_KV_CACHE_DTYPES)}))"
                     " && (!has(self.searchSpace.quantization)"
-                    " || self.searchSpace.quantization.all(q, q == 'none')))",
+                    " || self.searchSpace.quantization"
+                    f".all(q, !(q in {sorted(ONLINE_QUANTIZATION)}))))",
                     "searchSpace names lossy settings (fp8 weights, or a KV cache below 16 "
                     "bits): set tuning.quality.allowLossy: true, so that every such trial passes "
                     "the quality gate before it can win, or remove them",
+                ),
+                cel(
+                    "!(has(self.quality) && has(self.quality.allowLossy)"
+                    " && self.quality.allowLossy)"
+                    " || !has(self.strategy) || self.strategy != 'InPlace'",
+                    "quality.allowLossy needs strategy Canary: the quality gate compares a trial "
+                    "with the serving pods, which InPlace would roll to the lossy trial itself",
                 ),
             ]
         }
@@ -814,6 +877,11 @@ class TuningSpec(ApiModel):
 
     @model_validator(mode="after")
     def _lossy_only_when_allowed(self) -> TuningSpec:
+        if self.quality.allow_lossy and self.strategy == "InPlace":
+            raise ValueError(
+                "quality.allowLossy needs strategy Canary: the quality gate compares a trial "
+                "with the serving pods, which InPlace would roll to the lossy trial itself"
+            )
         if not self.quality.allow_lossy:
             named = lossy_in_search_space(self.search_space)
             if named:

@@ -599,6 +599,10 @@ def render_trial_network_policy(
     }
 
 
+GATE_SECONDS = 600
+"""What the quality gate adds to a load Job at most: two engines scoring a few dozen prompts."""
+
+
 def render_load_job(
     owner: Owner,
     spec: models.LLMDeploymentSpec,
@@ -646,8 +650,10 @@ def render_load_job(
         "spec": {
             "backoffLimit": 0,
             # Every probe of the capacity search at its longest (the window and its
-            # extensions, warm-up, tail and drain), and the ceilings.
-            "activeDeadlineSeconds": int(MAX_PROBES * (measured * 3 + 90) + 300),
+            # extensions, warm-up, tail and drain), the ceilings, and the quality gate.
+            "activeDeadlineSeconds": int(
+                MAX_PROBES * (measured * 3 + 90) + 300 + (GATE_SECONDS if gated else 0)
+            ),
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {

@@ -156,7 +156,23 @@ def test_printer_columns_cover_what_on_call_needs() -> None:
                     }
                 },
             },
-            "draftModel is needed by method draft_model, and only by it",
+            "draftModel goes with a method that has a model",
+        ),
+        (
+            {
+                "model": {"name": "m"},
+                "engine": {
+                    "args": {"speculative": {"method": "draft_model", "numSpeculativeTokens": 4}}
+                },
+            },
+            "method draft_model needs draftModel",
+        ),
+        (
+            {
+                "model": {"name": "m"},
+                "tuning": {"strategy": "InPlace", "quality": {"allowLossy": True}},
+            },
+            "quality.allowLossy needs strategy Canary",
         ),
     ],
 )
@@ -177,6 +193,9 @@ def test_every_python_cross_field_rule_has_a_cel_twin() -> None:
         "model.name must not start with '-'",
         "model.servedName must not start with '-'",
         "searchSpace names lossy settings",
+        "draftModel goes with a method that has a model",
+        "method draft_model needs draftModel",
+        "quality.allowLossy needs strategy Canary",
     ):
         assert fragment in rules
 

@@ -131,11 +131,12 @@ def test_a_gated_job_carries_the_bounds_and_the_reference() -> None:
 
 
 def test_a_gated_job_without_a_reference_refuses_the_configuration() -> None:
-    """Strategy InPlace measures the serving pods themselves: nothing is left to compare with."""
+    """Strategy InPlace measures the serving pods themselves, and a lossy serving configuration
+    is no reference: the Job is rendered without one, and refuses."""
     args = LoadArgs.parse(
         ["--url", "http://10.0.0.9:8000", "--model", "chat", "--workload", "{}",
          "--slo", '{"ttft": {"maxSeconds": 2}}', "--target-rate", "2", "--quality", "{}"]
     )  # fmt: skip
     gated = probe.gate_in_job(args, Measurement())
     assert gated.quality_refused is not None
-    assert "lossy settings need strategy Canary" in gated.quality_refused
+    assert "no lossless reference engine" in gated.quality_refused

@@ -3,12 +3,17 @@ and a tail bucket, top-token agreement, and the verdict against the spec's bound
 against real engines is tests/engine/test_quality_gate.py."""
 
 import math
+from pathlib import Path
 
 import pytest
+from tests.support.specs import llm_spec, tuning
 
+from slotune.engine import ENGINES
 from slotune.measure import quality, scoring
 from slotune.measure.probe import acceptance_rate
+from slotune.measure.record import Measurement
 from slotune.models import QualitySpec
+from slotune.tuner.gate import StudyGate
 
 
 def dist(probabilities: dict[int, float]) -> quality.NextToken:
@@ -96,3 +101,61 @@ def test_acceptance_is_accepted_over_proposed_draft_tokens_between_two_readings(
     assert acceptance_rate((100.0, 40.0), (1100.0, 640.0)) == 0.6
     assert acceptance_rate((0.0, 0.0), (0.0, 0.0)) is None  # nothing proposed: no speculation
     assert acceptance_rate(None, (10.0, 5.0)) is None  # the engine has no such counters
+
+
+def test_broken_numbers_fail_the_gate_instead_of_crashing_it() -> None:
+    """A candidate whose log-probabilities are NaN or -inf is what the gate exists to refuse:
+    such a position counts as the largest KL and a disagreement."""
+    ref = [[dist({1: 0.9, 2: 0.1}), dist({1: 0.9, 2: 0.1})]]
+    broken = [
+        [quality.NextToken({1: math.nan, 2: -1.0}), quality.NextToken({1: -math.inf, 2: 0.0})]
+    ]
+    figures = quality.compare(ref, broken)
+    assert figures.mean_kl == quality.BROKEN_KL
+    assert figures.agreement == 0.0
+    assert quality.judge(figures, QualitySpec()) is not None
+
+
+def test_a_reference_is_written_whole_and_read_back_with_what_it_was_taken_for(
+    tmp_path: Path,
+) -> None:
+    reference = scoring.Reference(
+        [[5, 6, 7]], [[dist({6: 0.7, 9: 0.3}), dist({7: 0.5, 1: 0.5})]], {"model": "m", "seed": 1}
+    )
+    path = tmp_path / "quality-reference.json"
+    reference.save(path)
+    assert not (tmp_path / "quality-reference.json.partial").exists()
+    again = scoring.Reference.from_json(path.read_text())
+    assert again.key == {"model": "m", "seed": 1}
+    assert quality.compare(reference.scores, again.scores).mean_kl == pytest.approx(0, abs=1e-9)
+
+
+def test_a_kept_reference_taken_for_another_study_is_not_used(tmp_path: Path) -> None:
+    """tune --local keeps its reference beside the records; another model, other prompts or
+    another workload shape in the same folder need another reference."""
+    spec = llm_spec(tuning=tuning(quality={"allowLossy": True}))
+    path = tmp_path / "quality-reference.json"
+    scoring.Reference([[1, 2]], [[dist({2: 1.0})]], {"model": "another"}).save(path)
+    gate = StudyGate(spec, ENGINES["vllm"], "tiny", path)
+    assert gate.reference is None
+    lossy = gate.after(None, {"kv_cache_dtype": "fp8"}, "http://127.0.0.1:9", Measurement())
+    assert lossy.quality_refused is not None
+    assert lossy.quality_refused.startswith("quality gate: no reference")
+    # A lossless trial is not gated at all: nothing is asked of its engine.
+    assert gate.after(None, {"kv_cache_dtype": "auto"}, "http://127.0.0.1:9", Measurement()) == (
+        Measurement()
+    )
+
+
+def test_a_gate_that_cannot_score_refuses_and_keeps_the_capacity(tmp_path: Path) -> None:
+    """Nothing listens on the reference's port: the defaults' trial keeps its measurement, and
+    every lossy trial is refused with the reason, instead of the study ending in a traceback."""
+    spec = llm_spec(tuning=tuning(quality={"allowLossy": True}))
+    gate = StudyGate(spec, ENGINES["vllm"], "tiny", tmp_path / "quality-reference.json")
+    measured = Measurement(completed=7)
+    closed = "http://127.0.0.1:9"
+    assert gate.after("vllm-defaults", {}, closed, measured) == measured
+    refused = gate.after(None, {"quantization": "fp8"}, closed, measured)
+    assert refused.completed == 7
+    assert refused.quality_refused is not None
+    assert "could not score" in refused.quality_refused

@@ -36,6 +36,7 @@ from slotune.slo.attainment import wilson_interval
 from slotune.tuner.loop import (
     Finished,
     Launch,
+    NextTrial,
     Planner,
     Tuner,
     TunerOptions,
@@ -522,3 +523,24 @@ def test_fitted_capacities_confirm_a_winner_by_the_paired_verdict(tmp_path: Path
     assert found.verdict == Difference.BETTER
     assert found.low > 1
     assert found.ratio == pytest.approx(true / true_capacity(2048), rel=0.08)
+
+
+def test_a_lossy_record_that_no_gate_passed_cannot_win(tmp_path: Path) -> None:
+    """A study resumed from records made before lossy values needed allowLossy (the H200's
+    default space drew an fp8 KV cache) holds fp8 records that no gate judged: they stay in the
+    records, but are never finalists, so the study cannot promote them."""
+    s = spec(maxTrials=3)
+    runtime = ScriptedRuntime()
+    first = make_tuner(tmp_path, s, runtime)
+    defaults = first.run_trial(first.plan())  # type: ignore[arg-type]
+    drawn = {**defaults.params, "max_num_batched_tokens": 400, "kv_cache_dtype": "fp8"}
+    lossy = first.record_of(
+        NextTrial(1, drawn, seed=7),
+        Launch(TrialState.MEASURED, measurement=scripted_capacity(5.0, first.measure_request(
+            NextTrial(1, drawn, seed=7)))),
+        1.0,
+    )  # fmt: skip
+    assert lossy.feasible  # it carries the load ...
+    first.record(lossy)
+    assert first._refused(lossy)  # ... but no gate passed its fp8 KV cache
+    assert all(f.number != 1 for f in first._finalists())

@@ -665,17 +665,22 @@ def gate_in_job(args: LoadArgs, measured: Measurement) -> Measurement:
     if args.reference_url is None:
         return measured.model_copy(
             update={
-                "quality_refused": "quality gate: no reference engine (strategy InPlace runs "
-                "the trial on the serving pods); lossy settings need strategy Canary"
+                "quality_refused": "quality gate: no lossless reference engine (the serving "
+                "configuration is itself lossy, or strategy InPlace runs the trial on the "
+                "serving pods)"
             }
         )
     key = loadgen.api_key()
-    reference = scoring.Reference.take(
-        scoring.Scorer(args.reference_url, args.model, key),
-        scoring.shaped_prompts(args.quality, args.workload, args.request.seed),
-        args.quality.generated_tokens,
-    )
-    figures = reference.hold(scoring.Scorer(args.url, args.model, key))
+    try:
+        reference = scoring.take_reference(
+            scoring.Scorer(args.reference_url, args.model, key),
+            args.quality,
+            args.workload,
+            args.request.seed,
+        )
+        figures = reference.hold(scoring.Scorer(args.url, args.model, key))
+    except scoring.SCORING_ERRORS as error:
+        return measured.model_copy(update={"quality_refused": scoring.not_scored(error)})
     return measured.gated(figures, args.quality)
 
 

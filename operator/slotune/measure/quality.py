@@ -13,11 +13,12 @@ configuration unquantized, on the same token sequences:
    reference's, and whether the two agree on the most likely token.
 
 The KL is taken over the reference's top-k tokens and one bucket for the rest of the
-vocabulary. Merging the tail into one bucket can only lower a KL divergence, so with exact
-probabilities this is a lower bound of the full-vocabulary figure; a reference token missing
-from the candidate's top-k is taken at the candidate's k-th probability (at most that), which
-errs the same way. Top-20 holds nearly all the mass of a trained model's next-token
-distribution, where the bound is tight.
+vocabulary. Merging tokens into one bucket can only lower a KL divergence (the log-sum
+inequality), so with exact probabilities this is a lower bound of the full-vocabulary figure.
+A reference token missing from the candidate's top-k is taken at the candidate's k-th
+probability, an upper bound of its own; that raises its term's q and lowers the tail bucket's,
+so the estimate is approximately, not provably, a lower bound. Where the top 20 hold nearly
+all of the mass, as in a peaked distribution, the approximation is close.
 
 With random weights (`--load-format dummy`) the KL measures numeric perturbation, not task
 quality, and a near-uniform distribution makes agreement a tie-break: figures from such runs
@@ -38,6 +39,10 @@ from slotune.models import QualitySpec
 
 TOP_K = 20
 """Next tokens scored per position: vLLM's default --max-logprobs."""
+
+BROKEN_KL = 100.0
+"""The KL counted at a position whose log-probabilities are not finite numbers (nats): far
+beyond any bound, and a position that does not agree."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,15 @@ def compare(
         if len(ref_seq) != len(cand_seq):
             raise ValueError(f"a sequence scored at {len(cand_seq)} positions, not {len(ref_seq)}")
         for ref, cand in zip(ref_seq, cand_seq, strict=True):
-            kls.append(kl_divergence(ref, cand))
+            kl = kl_divergence(ref, cand)
+            if not (math.isfinite(kl) and all(math.isfinite(v) for v in cand.top.values())):
+                # NaN or infinite log-probabilities: the candidate's numbers are broken there.
+                kls.append(BROKEN_KL)
+                continue
+            kls.append(kl)
             agreed += ref.argmax == cand.argmax
+    if not kls:
+        raise ValueError("no position was scored")
     return QualityFigures(
         mean_kl=sum(kls) / len(kls),
         p99_kl=_percentile(kls, 99),

@@ -8,6 +8,7 @@ import math
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slotune.measure import loadgen
@@ -98,23 +99,35 @@ def _next_token(entry: Mapping[str, Mapping[str, Any]]) -> NextToken:
 
 @dataclass(frozen=True)
 class Reference:
-    """The reference's sequences and its scores of them: what every candidate is held to."""
+    """The reference's sequences and its scores of them: what every candidate is held to.
+    `key` says what it was taken for (the model, the bounds' prompts, the workload's shape):
+    a reference kept for another is not used."""
 
     sequences: list[list[int]]
     scores: list[list[NextToken]]
+    key: dict[str, Any]
 
     @classmethod
-    def take(cls, engine: Scorer, prompts: Sequence[Sequence[int]], generated: int) -> Reference:
+    def take(
+        cls,
+        engine: Scorer,
+        prompts: Sequence[Sequence[int]],
+        generated: int,
+        key: dict[str, Any] | None = None,
+    ) -> Reference:
         sequences = [engine.continue_greedily(p, generated) for p in prompts]
-        return cls(sequences, [engine.score(s) for s in sequences])
+        return cls(sequences, [engine.score(s) for s in sequences], key or {})
 
     def hold(self, candidate: Scorer) -> QualityFigures:
         """The candidate's figures against this reference, on the same sequences."""
         return compare(self.scores, [candidate.score(s) for s in self.sequences])
 
     def to_json(self) -> str:
-        scores = [[list(n.top.items()) for n in scored] for scored in self.scores]
-        return json.dumps({"sequences": self.sequences, "scores": scores})
+        # Log-probabilities to 6 significant digits: a KL of 1e-6 nats is far below any bound.
+        scores = [
+            [[[t, float(f"{lp:.6g}")] for t, lp in n.top.items()] for n in s] for s in self.scores
+        ]
+        return json.dumps({"key": self.key, "sequences": self.sequences, "scores": scores})
 
     @classmethod
     def from_json(cls, text: str) -> Reference:
@@ -123,18 +136,63 @@ class Reference:
             [NextToken({int(t): float(lp) for t, lp in n}) for n in scored]
             for scored in saved["scores"]
         ]
-        return cls([[int(t) for t in s] for s in saved["sequences"]], scores)
+        return cls([[int(t) for t in s] for s in saved["sequences"]], scores, saved.get("key", {}))
+
+    def save(self, path: Path) -> None:
+        """Written whole or not at all (a temporary file renamed over the old one)."""
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(self.to_json())
+        partial.replace(path)
 
 
-def shaped_prompts(bounds: QualitySpec, workload: WorkloadSpec, seed: int) -> list[list[int]]:
-    """`prompts` in the shape of a study's workload (its mean prompt length)."""
-    length = workload.prompt_tokens.mean if workload.prompt_tokens else DEFAULT_PROMPT_TOKENS
-    return prompts(
-        bounds,
-        prompt_tokens=length,
-        shared_prefix_ratio=workload.shared_prefix_ratio,
-        seed=seed,
+def reference_key(
+    model: str, bounds: QualitySpec, workload: WorkloadSpec, seed: int
+) -> dict[str, Any]:
+    """What a reference is taken for: a change to any of it needs another."""
+    return {
+        "model": model,
+        "prompts": bounds.prompts,
+        "generated_tokens": bounds.generated_tokens,
+        "prompt_tokens": gate_prompt_tokens(bounds, workload),
+        "shared_prefix_ratio": workload.shared_prefix_ratio,
+        "seed": seed,
+    }
+
+
+def gate_prompt_tokens(bounds: QualitySpec, workload: WorkloadSpec) -> int:
+    """The gate's prompt length: the workload's mean (512 where it gives none), at most
+    `maxPromptTokens`."""
+    mean = workload.prompt_tokens.mean if workload.prompt_tokens else DEFAULT_PROMPT_TOKENS
+    return min(mean, bounds.max_prompt_tokens)
+
+
+def take_reference(
+    engine: Scorer, bounds: QualitySpec, workload: WorkloadSpec, seed: int
+) -> Reference:
+    """The reference for a study: seeded prompts in its workload's shape, continued and scored
+    by the reference engine."""
+    return Reference.take(
+        engine,
+        prompts(
+            bounds,
+            prompt_tokens=gate_prompt_tokens(bounds, workload),
+            shared_prefix_ratio=workload.shared_prefix_ratio,
+            seed=seed,
+        ),
+        bounds.generated_tokens,
+        reference_key(engine.model, bounds, workload, seed),
     )
+
+
+SCORING_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError)
+"""What asking an engine for its scores can raise: the connection (urllib's errors are
+OSErrors), an answer that is not what was asked for, figures that are not numbers."""
+
+
+def not_scored(error: Exception) -> str:
+    """A gate's cause when the engines could not be scored: the configuration is refused (it
+    was not shown to pass), and its capacity is kept."""
+    return f"quality gate: could not score: {type(error).__name__}: {str(error)[:200]}"
 
 
 DEFAULT_PROMPT_TOKENS = 512

@@ -593,14 +593,16 @@ class StudyStep:
         existing, _ = self.seen.load_job(name)
         if existing is not None and not trials.controlled_by(existing, self.owner.uid):
             return self._conflict(tuning, current, trials.not_ours({"kind": "Job", **existing}))
-        request = self._planner(records).measure_request(
-            _planned(current), rate=workload.request_rate
-        )
+        planner = self._planner(records)
+        request = planner.measure_request(_planned(current), rate=workload.request_rate)
         tuning.target_rate = round(request.target_rate, 4)
-        settings = self._planner(records).merged(current.params)
+        knobs = render.engine_of(self.spec).knobs
         gated = self.spec.tuning.quality.allow_lossy and bool(
-            lossy_settings(render.engine_of(self.spec).knobs, settings)
+            lossy_settings(knobs, planner.merged(current.params))
         )
+        # The reference is the serving pods, where they are lossless and not the trial itself.
+        serving = planner.merged(serving_overlay(tuning, self.spec.tuning.strategy))
+        reference = self.spec.tuning.strategy == "Canary" and not lossy_settings(knobs, serving)
         job = render.render_load_job(
             self.owner,
             self.spec,
@@ -611,11 +613,7 @@ class StudyStep:
             study=tuning.study,
             trial=current.number,
             gated=gated,
-            reference_url=(
-                render.service_url(self.owner, self.spec)
-                if self.spec.tuning.strategy == "Canary"
-                else None
-            ),
+            reference_url=render.service_url(self.owner, self.spec) if reference else None,
         )
         self.actions.append(Apply(job))
         current.job = job["metadata"]["name"]

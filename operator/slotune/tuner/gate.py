@@ -15,7 +15,14 @@ from typing import Any
 from slotune.engine.base import Engine
 from slotune.engine.knobs import lossy_settings
 from slotune.measure.record import Measurement
-from slotune.measure.scoring import Reference, Scorer, shaped_prompts
+from slotune.measure.scoring import (
+    SCORING_ERRORS,
+    Reference,
+    Scorer,
+    not_scored,
+    reference_key,
+    take_reference,
+)
 from slotune.models import LLMDeploymentSpec, WorkloadSpec
 
 REFERENCE_LABEL = "vllm-defaults"
@@ -23,7 +30,8 @@ REFERENCE_LABEL = "vllm-defaults"
 
 class StudyGate:
     """The gate of one study: takes the reference on the defaults' trial and holds every lossy
-    trial to it. The reference is kept in `path` where given, so that a resumed study has it."""
+    trial to it. The reference is kept in `path` where given, so that a resumed study has it; a
+    kept reference taken for another model, prompts or workload shape is not used."""
 
     def __init__(
         self,
@@ -38,9 +46,19 @@ class StudyGate:
         self.engine = engine
         self.served_name = served_name
         self.path = path
+        self.key = reference_key(spec.model.name, self.bounds, self.workload, self.seed)
         self.reference: Reference | None = None
+        self.missing = (
+            "quality gate: no reference: vLLM's defaults' trial took none (it failed to start, "
+            "or was measured before the gate); start a new study to gate lossy settings"
+        )
         if path is not None and path.exists():
-            self.reference = Reference.from_json(path.read_text())
+            try:
+                kept = Reference.from_json(path.read_text())
+            except (ValueError, KeyError, TypeError):
+                kept = None
+            if kept is not None and kept.key == self.key:
+                self.reference = kept
 
     def lossy(self, settings: dict[str, Any]) -> bool:
         """Whether a configuration (every setting, merged) holds a lossy value."""
@@ -57,25 +75,30 @@ class StudyGate:
         self, label: str | None, settings: dict[str, Any], url: str, measured: Measurement
     ) -> Measurement:
         """A trial's measurement (its engine at `url`), gated: the reference taken, or the
-        figures and the verdict."""
+        figures and the verdict. A gate that cannot score refuses the configuration (it was
+        not shown to pass) and keeps its capacity; the study goes on."""
+        lossy = self.lossy(settings)
         scorer = Scorer(url, self.served_name)
-        if label == REFERENCE_LABEL and not self.lossy(settings):
-            if self.reference is None:
-                self.reference = Reference.take(
-                    scorer,
-                    shaped_prompts(self.bounds, self.workload, self.seed),
-                    self.bounds.generated_tokens,
+        if label == REFERENCE_LABEL:
+            if lossy:
+                self.missing = (
+                    "quality gate: no lossless reference: spec.engine.args sets a lossy value, "
+                    "so vLLM's defaults in this study are lossy too"
                 )
+            elif self.reference is None:
+                try:
+                    self.reference = take_reference(scorer, self.bounds, self.workload, self.seed)
+                except SCORING_ERRORS as error:
+                    self.missing = not_scored(error) + " (the reference, on vLLM's defaults)"
+                    return measured
                 if self.path is not None:
-                    self.path.write_text(self.reference.to_json())
-            return measured
-        if not self.lossy(settings):
+                    self.reference.save(self.path)
+        if not lossy:
             return measured
         if self.reference is None:
-            return measured.model_copy(
-                update={
-                    "quality_refused": "quality gate: no reference was taken (vLLM's defaults "
-                    "were measured without the gate); start a new study to gate lossy settings"
-                }
-            )
-        return measured.gated(self.reference.hold(scorer), self.bounds)
+            return measured.model_copy(update={"quality_refused": self.missing})
+        try:
+            figures = self.reference.hold(scorer)
+        except SCORING_ERRORS as error:
+            return measured.model_copy(update={"quality_refused": not_scored(error)})
+        return measured.gated(figures, self.bounds)

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 import optuna
 from pydantic import ValidationError
 
+from slotune.engine.knobs import lossy_settings
 from slotune.measure.capacity import (
     AtTarget,
     Capacity,
@@ -359,6 +360,24 @@ class Planner:
 
     # -- the study ---------------------------------------------------------------------------
 
+    def _refused(self, record: TrialRecord) -> bool:
+        """Whether a trial cannot win on quality, whatever its capacity: it failed the quality
+        gate, or the study drew a lossy value for it and no gate passed it (a record from before
+        lossy values needed `allowLossy`, or of a runner without the gate). A lossy value the
+        spec's own engine.args set is the author's choice, not the study's."""
+        measured = record.measurement
+        if measured is not None and measured.quality_refused is not None:
+            return True
+        own = self.spec.engine.args.explicit()
+        drawn = [
+            name
+            for name in lossy_settings(self.platform.engine.knobs, record.params)
+            if own.get(name) != record.params[name]
+        ]
+        return bool(drawn) and not (
+            self.spec.tuning.quality.allow_lossy and measured is not None and measured.quality
+        )
+
     def _best(self) -> TrialRecord | None:
         feasible = [r for r in self.records if r.phase == "screen" and r.feasible]
         return max(feasible, key=lambda r: r.score, default=None)
@@ -443,7 +462,7 @@ class Planner:
                 return self._re_measure(candidate)
             if (
                 again[-1].measurement is not None
-                and not _refused(again[-1])
+                and not self._refused(again[-1])
                 and _confirmed(candidate, again[-1]).feasible
             ):
                 return Finished(
@@ -516,7 +535,7 @@ class Planner:
         start may resolve them); with neither, the ones that carry the most (so that the study
         can say, re-measured, how far the best falls short), equal capacities ranked by how
         near each came to passing the next rate."""
-        screened = [r for r in self.records if r.phase == "screen" and not _refused(r)]
+        screened = [r for r in self.records if r.phase == "screen" and not self._refused(r)]
         feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
         unresolved = sorted((r for r in screened if _unresolved(r)), key=lambda r: -r.score)
         if feasible or unresolved:
@@ -543,7 +562,7 @@ class Planner:
             else:
                 again = candidate  # no budget left to re-measure: trust the screening run
             both = _confirmed(candidate, again) if again.measurement is not None else None
-            if _refused(again):  # its second start failed the quality gate
+            if self._refused(again):  # its second start failed the quality gate
                 continue
             if both is not None and both.feasible:
                 confirmed.append((both, candidate))
@@ -711,11 +730,6 @@ def versus_defaults(records: Sequence[TrialRecord], confirmed: Capacity) -> Comp
     if base is None or base.rate <= 0 or confirmed.rate <= 0:
         return None
     return versus(confirmed, base)
-
-
-def _refused(record: TrialRecord) -> bool:
-    """Whether a trial failed the quality gate: it cannot win, whatever its capacity."""
-    return record.measurement is not None and record.measurement.quality_refused is not None
 
 
 def _unresolved(record: TrialRecord) -> bool:

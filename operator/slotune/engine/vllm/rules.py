@@ -22,6 +22,7 @@ from slotune.engine.vllm import tables
 from slotune.engine.vllm.tables import PINNED_VERSION, flag_arity, flag_values, known_flags
 from slotune.models import (
     LOSSY_KV_CACHE_DTYPES,
+    ONLINE_QUANTIZATION,
     AttentionBackend,
     EngineArgs,
     KvCacheDtype,
@@ -104,7 +105,7 @@ KNOBS: tuple[Knob, ...] = (
         aliases=("-q",),
         search={"h200": Choices(("none", "fp8"))},
         defaults={"cpu": "none", "h200": "none"},
-        lossy=lambda method: method != "none",
+        lossy=lambda method: method in ONLINE_QUANTIZATION,
         off="none",
     ),
     Knob(
@@ -514,13 +515,17 @@ def check_args(args: EngineArgs, backend: AttentionBackend) -> list[Violation]:
                 + ", ".join(KV_CACHE_DTYPES[backend]),
             )
         )
-    if args.quantization == "fp8" and backend == "CPU_ATTN":
+    if (
+        args.quantization is not None
+        and args.quantization.startswith("fp8")
+        and (backend == "CPU_ATTN")
+    ):
         problems.append(
             Violation(
                 "spec.engine.args.quantization",
-                "fp8 weights need a GPU with fp8 units (Hopper, Ada or later); vLLM's CPU build "
-                "has no fp8 matmul kernel (its start fails in _C::static_scaled_fp8_quant): "
-                "remove it",
+                f"{args.quantization} weights need a GPU with fp8 units (Hopper, Ada or later); "
+                "vLLM's CPU build has no fp8 matmul kernel (its start fails in "
+                "_C::static_scaled_fp8_quant): remove it",
             )
         )
     if (
