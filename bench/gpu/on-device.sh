@@ -52,8 +52,8 @@
 #                                           (or until it ends)
 #   bench/gpu/on-device.sh lossy            starts, in the background, the lossy side-by-side
 #                                           (h100-lossy.yaml): seeded weights drawn on the
-#                                           GPU, then vLLM's defaults, 2048 x 96, fp8 weights
-#                                           and fp8 with 2048 x 96 on the same schedules, the
+#                                           GPU, then vLLM's defaults, fp8 weights, fp8 with
+#                                           2048 x 96, and 2048 x 96 on the same schedules, the
 #                                           prefill ceiling with and without fp8, and the
 #                                           quality gate against the defaults
 #   bench/gpu/on-device.sh lossy-follow SECONDS
