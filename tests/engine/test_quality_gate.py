@@ -166,11 +166,15 @@ def test_a_study_takes_its_reference_on_the_defaults_and_refuses_fp8(
     assert not record.feasible
     assert record.cause is not None
     assert record.cause.startswith("quality gate: mean KL")
+    # A resumed study reads the kept reference (log-probabilities to 6 digits) and judges alike.
     resumed = StudyGate(spec, ENGINES["vllm"], "tiny", path)
+    assert resumed.reference is not None
     again = resumed.after(
         None, planner.merged(fp8.params), engines["fp8-kv"].base_url, Measurement()
     )
-    assert again.quality == measured.quality
+    assert again.quality is not None
+    assert again.quality.mean_kl == pytest.approx(measured.quality.mean_kl, rel=1e-3)
+    assert again.quality_refused is not None
 
 
 def test_the_load_job_holds_the_trial_to_the_serving_engines(
