@@ -74,6 +74,32 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
             "set tuning.quality.allowLossy: true",
         ),
         (
+            {"tuning": {"strategy": "InPlace", "quality": {"allowLossy": True}}},
+            "quality.allowLossy needs strategy Canary",
+        ),
+        (
+            {
+                "engine": {
+                    "args": {
+                        "speculative": {
+                            "method": "ngram",
+                            "numSpeculativeTokens": 4,
+                            "draftModel": "m-small",
+                        }
+                    }
+                }
+            },
+            "draftModel goes with a method that has a model",
+        ),
+        (
+            {
+                "engine": {
+                    "args": {"speculative": {"method": "draft_model", "numSpeculativeTokens": 4}}
+                }
+            },
+            "method draft_model needs draftModel",
+        ),
+        (
             {"engine": {"env": [{"name": "VLLM_API_KEY", "value": "s3cret"}]}},
             "engine.env must not set VLLM_API_KEY",
         ),

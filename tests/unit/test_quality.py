@@ -13,7 +13,9 @@ from slotune.measure import quality, scoring
 from slotune.measure.probe import acceptance_rate
 from slotune.measure.record import Measurement
 from slotune.models import QualitySpec
+from slotune.study import trials
 from slotune.tuner.gate import StudyGate
+from slotune.tuner.records import TrialRecord, TrialState
 
 
 def dist(probabilities: dict[int, float]) -> quality.NextToken:
@@ -159,3 +161,26 @@ def test_a_gate_that_cannot_score_refuses_and_keeps_the_capacity(tmp_path: Path)
     assert refused.completed == 7
     assert refused.quality_refused is not None
     assert "could not score" in refused.quality_refused
+
+
+def test_status_shows_a_trials_quality_and_acceptance() -> None:
+    """What on-call reads in status.tuning.trials: the gate's figures beside the capacity, the
+    refusal as the cause, and speculative decoding's acceptance."""
+    figures = quality.QualityFigures(
+        mean_kl=0.12, p99_kl=0.6, agreement=0.781, positions=4336, sequences=16
+    )
+    measured = Measurement(spec_decode_acceptance=0.62).gated(figures, QualitySpec())
+    record = TrialRecord(
+        number=3,
+        params={"kv_cache_dtype": "fp8"},
+        state=TrialState.MEASURED,
+        measurement=measured,
+        cause=measured.quality_refused,
+    )
+    summary = trials.shown(record)
+    assert summary.quality == (
+        "KL mean 0.12, p99 0.6 nats; top token agrees at 78.1% of 4336 positions"
+    )
+    assert summary.spec_decode_acceptance == 0.62
+    assert summary.cause is not None
+    assert summary.cause.startswith("quality gate: mean KL 0.12 > 0.01")
