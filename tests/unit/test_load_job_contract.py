@@ -29,13 +29,18 @@ REQUEST = MeasureRequest(
 )
 
 
-def load_args_of(kind: str) -> tuple[list[str], Any]:
+def load_args_of(kind: str, quality: dict[str, Any] | None = None) -> tuple[list[str], Any]:
+    """The arguments of a trial's load Job as `render` writes them; with `quality`, a lossy
+    trial's, gated against the serving Service."""
+    tuning: dict[str, Any] = {"enabled": True, "workload": {"requestRate": 2, "duration": "20s"}}
+    if quality is not None:
+        tuning["quality"] = quality
     spec, problems = parse_spec(
         {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "chat"},
             "engine": {"kind": kind, "image": IMAGES[kind]},
             "slo": {"ttft": {"percentile": 95, "maxSeconds": 2.0}},
-            "tuning": {"enabled": True, "workload": {"requestRate": 2, "duration": "20s"}},
+            "tuning": tuning,
         }
     )
     assert spec is not None, problems
@@ -48,6 +53,8 @@ def load_args_of(kind: str) -> tuple[list[str], Any]:
         request=REQUEST,
         study=1,
         trial=2,
+        gated=quality is not None,
+        reference_url=render.service_url(OWNER, spec) if quality is not None else None,
     )
     (container,) = job["spec"]["template"]["spec"]["containers"]
     command = container.get("command", []) + container.get("args", [])
@@ -97,36 +104,11 @@ def test_trial_load_measures_with_the_trials_engine(
 def test_a_gated_job_carries_the_bounds_and_the_reference() -> None:
     """A lossy trial's Job gates its quality against the serving Service after measuring; the
     bounds and the reference travel in the same contract."""
-    spec, problems = parse_spec(
-        {
-            "model": {"name": "m", "servedName": "chat"},
-            "slo": {"ttft": {"percentile": 95, "maxSeconds": 2.0}},
-            "tuning": {
-                "enabled": True,
-                "workload": {"requestRate": 2},
-                "quality": {"allowLossy": True, "maxMeanKL": 0.02, "prompts": 4},
-            },
-        }
-    )
-    assert spec is not None, problems
-    reference = render.service_url(OWNER, spec)
-    assert reference == "http://chat.llm.svc:8000"
-    job = render.render_load_job(
-        OWNER,
-        spec,
-        image="slotune/operator:1",
-        url="http://10.0.0.9:8000",
-        workload=spec.tuning.workload,
-        request=REQUEST,
-        study=1,
-        trial=2,
-        gated=True,
-        reference_url=reference,
-    )
-    (container,) = job["spec"]["template"]["spec"]["containers"]
-    args = LoadArgs.parse(container["args"][1:])
+    argv, spec = load_args_of("vllm", {"allowLossy": True, "maxMeanKL": 0.02, "prompts": 4})
+    args = LoadArgs.parse(argv)
     assert args.quality == spec.tuning.quality
-    assert args.reference_url == reference
+    assert args.quality.max_mean_kl == 0.02
+    assert args.reference_url == "http://chat.llm.svc:8000"
     assert LoadArgs.parse(args.argv()) == args
 
 
