@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -223,7 +223,7 @@ class ModelSpec(ApiModel):
 
 # --- engine -------------------------------------------------------------------------------
 
-KvCacheDtype = Literal[
+KvCacheDtypeName = Literal[
     "auto",
     "float16",
     "bfloat16",
@@ -247,6 +247,40 @@ KvCacheDtype = Literal[
     "nvfp4",
     "nvfp4_4over6",
 ]
+KV_CACHE_DTYPE_NAMES: tuple[str, ...] = get_args(KvCacheDtypeName)
+"""Every KV-cache dtype vLLM's --kv-cache-dtype takes (its `CacheDType`)."""
+
+
+def _kv_cache_dtype_rule() -> JsonDict:
+    """The CRD's check of a KV-cache dtype: a CEL rule, not an enum. The API server skips
+    every CEL rule once an enum has refused a value, and an enum's refusal lists the 22
+    values without saying which one was meant; this rule's message names the dtypes that
+    begin with what was written (`int4` → `int4_per_token_head`), as `slotune validate`
+    does."""
+    known = "[" + ", ".join(f"'{d}'" for d in KV_CACHE_DTYPE_NAMES) + "]"
+    # The dtypes by family (the part before the first '_'): a value that begins with a
+    # family's name, or with which one begins, gets that family. Written out as a chain of
+    # conditions: a filtered list's cost is more than the API server's budget for a message.
+    families: dict[str, list[str]] = {}
+    for dtype in KV_CACHE_DTYPE_NAMES:
+        families.setdefault(dtype.split("_")[0], []).append(dtype)
+    message = "'use one of ' + '" + ", ".join(KV_CACHE_DTYPE_NAMES) + "'"
+    written = "self.lowerAscii()"
+    for family, members in reversed(families.items()):
+        begins = (
+            f"({written}.startsWith('{family}') "
+            f"|| (size(self) >= 3 && '{family}'.startsWith({written})))"
+        )
+        message = f"{begins} ? 'nearest: {', '.join(members)}' : {message}"
+    message = f'"\'" + self + "\' is not a KV-cache dtype of vLLM\'s; " + ({message})'
+    return {
+        "type": "string",
+        "maxLength": 32,
+        "x-kubernetes-validations": [{"rule": f"self in {known}", "messageExpression": message}],
+    }
+
+
+KvCacheDtype = Annotated[KvCacheDtypeName, WithJsonSchema(_kv_cache_dtype_rule())]
 
 
 MODEL_FREE_SPECULATION = ("ngram", "suffix", "ngram_gpu")
@@ -736,7 +770,7 @@ class RetuneSpec(ApiModel):
 
 LOSSLESS_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
 LOSSY_KV_CACHE_DTYPES = frozenset(
-    d for d in get_args(KvCacheDtype) if d not in LOSSLESS_KV_CACHE_DTYPES
+    d for d in KV_CACHE_DTYPE_NAMES if d not in LOSSLESS_KV_CACHE_DTYPES
 )
 """KV-cache types that store fewer bits than the model computes in: they change its output."""
 

@@ -108,7 +108,19 @@ def test_samples_are_accepted_by_the_server(cluster: Cluster, sample: Any) -> No
             {"engine": {"args": {"gpuMemoryUtilization": 1.5}}},
             "spec.engine.args.gpuMemoryUtilization: Invalid value: 1.5",
         ),
-        ({"engine": {"args": {"kvCacheDtype": "int4"}}}, 'Unsupported value: "int4"'),
+        # A CEL rule, not an enum, so that the refusal names the dtype meant (#37)
+        (
+            {"engine": {"args": {"kvCacheDtype": "int4"}}},
+            "'int4' is not a KV-cache dtype of vLLM's; nearest: int4_per_token_head",
+        ),
+        (
+            {"tuning": {"searchSpace": {"kvCacheDtype": ["auto", "FP8_E4"]}}},
+            "'FP8_E4' is not a KV-cache dtype of vLLM's; nearest: fp8, fp8_e4m3,",
+        ),
+        (
+            {"engine": {"args": {"kvCacheDtype": "fp4"}}},
+            "'fp4' is not a KV-cache dtype of vLLM's; use one of auto, float16, bfloat16, fp8,",
+        ),
         ({"replicas": -1}, "spec.replicas: Invalid value: -1"),
         (
             {"scaling": {"mode": "Capacity", "minReplicas": 5, "maxReplicas": 2}},

@@ -14,18 +14,18 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 from slotune.engine.base import Violation
 from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
 from slotune.engine.vllm import tables
 from slotune.engine.vllm.tables import PINNED_VERSION, flag_arity, flag_values, known_flags
 from slotune.models import (
+    KV_CACHE_DTYPE_NAMES,
     LOSSY_KV_CACHE_DTYPES,
     ONLINE_QUANTIZATION,
     AttentionBackend,
     EngineArgs,
-    KvCacheDtype,
     SpeculativeConfig,
 )
 
@@ -239,7 +239,7 @@ def backend_accepts(knob: str, value: Any, backend: str) -> bool:
 def kv_cache_dtype_hint(value: str) -> str:
     """For a KV-cache dtype vLLM does not know (`int4`, `fp4`): the nearest ones it does, each
     with the attention backends that run it, so that the fix names a real value."""
-    known = [str(d) for d in get_args(KvCacheDtype)]
+    known = list(KV_CACHE_DTYPE_NAMES)
     lowered = value.strip().lower()
     near = [d for d in known if lowered and d.startswith(lowered)]
     near += [d for d in difflib.get_close_matches(lowered, known, n=3, cutoff=0.5) if d not in near]
