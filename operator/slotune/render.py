@@ -539,10 +539,8 @@ def render_trial_pod(
     pod_spec["restartPolicy"] = "Never"
     container = pod_spec["containers"][0]
     container.pop("livenessProbe", None)
-    # The endpoints the capacity search calls between probes (vLLM's dev mode). A trial pod
-    # is outside the serving Service: no user reaches them.
-    trial_env = [{"name": k, "value": v} for k, v in engine_of(spec).trial_env.items()]
-    container["env"] = [*container.get("env", []), *trial_env]
+    # Nothing beyond the serving pods' environment: the capacity search keeps its probes apart
+    # with a cache salt per probe, not with an engine endpoint that a setting would open.
     labels = {
         **trial_labels(owner, TRIAL_COMPONENT, study, trial, spec.engine.kind),
         LABEL_CONFIG_HASH: config_hash(owner, tuned),

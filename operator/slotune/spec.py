@@ -140,8 +140,6 @@ def env_set_by_slotune(spec: LLMDeploymentSpec, engine: Engine) -> dict[str, str
     if spec.cache is not None:
         for name in engine.cache_dirs:
             names[name] = "slotune points it at the cache volume of spec.cache"
-    for name in engine.trial_env:
-        names[name] = "slotune sets it on trial pods"
     return names
 
 

@@ -3,6 +3,7 @@ configuration that cannot start is classified, with its cause, within a bounded 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +12,8 @@ import pytest
 
 from slotune.engine.startup import FailureKind
 from slotune.local.process import LocalRuntime, cpu_dtype
+from slotune.measure.loadgen import Workload, run_workload
+from slotune.metrics import ScrapeSource
 from slotune.models import EngineArgs
 from slotune.runtime import EngineConfig, EngineStartError
 from support.engine import TINY_MODEL, vllm_python
@@ -53,11 +56,39 @@ def test_healthy_start_reports_capacity_and_stops_cleanly(runtime: LocalRuntime)
         assert facts.startup_seconds < START_TIMEOUT
         with urllib.request.urlopen(f"{engine.base_url}/health", timeout=5) as response:  # noqa: S310
             assert response.status == 200
+        probes_keep_their_cache_apart_without_dev_mode(engine.base_url)
     finally:
         engine.stop()
     assert engine.process.poll() is not None
     with pytest.raises(urllib.error.URLError, match="Connection refused"):
         urllib.request.urlopen(f"{engine.base_url}/health", timeout=2)  # noqa: S310
+
+
+def probes_keep_their_cache_apart_without_dev_mode(base_url: str) -> None:
+    """A trial engine serves no dev endpoints (the cache reset answers 404), and the capacity
+    search's salts keep what one probe cached from the next: the same prompts under another
+    salt hit no cached block, and under their own salt again hit every full one."""
+    reset = urllib.request.Request(f"{base_url}/reset_prefix_cache", method="POST")  # noqa: S310
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(reset, timeout=10)  # noqa: S310 - the local engine
+    assert refused.value.code == 404
+    metrics = ScrapeSource(f"{base_url}/metrics", timeout=5.0)
+
+    def hits_after(salt: str) -> float:
+        shape = Workload(
+            num_requests=4, concurrency=1, prompt_tokens=512, output_tokens=2, seed=3,
+            cache_salt=salt,
+        )  # fmt: skip
+        results = asyncio.run(run_workload(base_url, "tiny", shape))
+        assert all(r.ok for r in results), [r.error for r in results]
+        return metrics.value("vllm:prefix_cache_hits_total") or 0.0
+
+    first = hits_after("slotune-probe-a")
+    other = hits_after("slotune-probe-b")
+    again = hits_after("slotune-probe-a")
+    assert other - first == 0  # another probe's salt: nothing of the first probe's is hit
+    # Its own salt: each 512-token prompt's three full 128-token blocks before its last token.
+    assert again - other >= 4 * 3 * 128
 
 
 @pytest.mark.parametrize(

@@ -148,6 +148,14 @@ def test_request_body_forces_the_output_length_and_streams_token_ids() -> None:
     assert body["stream"] is True
     assert body["return_token_ids"] is True
     assert body["stream_options"] == {"include_usage": True}
+    assert "cache_salt" not in body  # vLLM's field: sent only when a salt is asked for
+
+
+def test_a_salted_workload_sends_its_salt_with_every_request() -> None:
+    workload = Workload(num_requests=3, warmup_requests=1, rate=1.0, cache_salt="slotune-ab-p4")
+    assert {request_body("m", plan)["cache_salt"] for plan in plan_requests(workload)} == {
+        "slotune-ab-p4"
+    }
 
 
 @pytest.mark.parametrize(
@@ -159,6 +167,9 @@ def test_request_body_forces_the_output_length_and_streams_token_ids() -> None:
         ({"concurrency": 1, "prompt_spread": 1.0}, "prompt_spread"),
         ({"concurrency": 1, "shared_prefix_ratio": 1.5}, "shared_prefix_ratio"),
         ({"concurrency": 1, "vocab_size": 5}, "vocab_size"),
+        ({"concurrency": 1, "cache_salt": "a/b"}, "cache_salt"),
+        ({"concurrency": 1, "cache_salt": ""}, "cache_salt"),
+        ({"concurrency": 1, "cache_salt": "x" * 129}, "cache_salt"),
     ],
 )
 def test_workload_refuses_what_cannot_run(kwargs: dict[str, Any], message: str) -> None:

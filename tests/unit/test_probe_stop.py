@@ -8,6 +8,7 @@ import asyncio
 import random
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from slotune.measure.capacity import InFlight, ProbeVerdict, certain_failure
@@ -93,13 +94,16 @@ def test_a_certain_failure_is_a_failure_however_the_rest_ends() -> None:
 SERVICE_SECONDS = 0.05
 
 
-def one_at_a_time_app() -> web.Application:
+def one_at_a_time_app(received: list[dict[str, Any]] | None = None) -> web.Application:
     """Each request holds the whole server for SERVICE_SECONDS, then streams two tokens:
-    20 requests/s at most, so a higher rate queues without bound."""
+    20 requests/s at most, so a higher rate queues without bound. Request bodies go to
+    `received`."""
     lock = asyncio.Lock()
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        await request.json()
+        body = await request.json()
+        if received is not None:
+            received.append(body)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
@@ -119,16 +123,7 @@ def one_at_a_time_app() -> web.Application:
 
 
 def probe_at(rate: float) -> Any:
-    spec = LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "tiny"},
-            "slo": {"ttft": {"percentile": 90, "maxSeconds": 0.5}},
-            "tuning": {"workload": {"source": "Synthetic", "promptTokens": {"mean": 8},
-                                    "outputTokens": {"mean": 2}, "requestRate": rate}},
-        }
-    )  # fmt: skip
-    settings = ProbeSettings(floor_s=2.0, warmup_floor_s=1.0, max_extensions=0)
-    measure = CapacityMeasure(spec, "tiny", probes=settings)
+    measure = CapacityMeasure(tiny_spec(rate), "tiny", probes=PROBE_SETTINGS)
 
     async def go() -> Any:
         async with serving(one_at_a_time_app(), handler_cancellation=True) as url:
@@ -136,6 +131,51 @@ def probe_at(rate: float) -> Any:
             return await measure.probe(url, engine, k=0, rate=rate, seed=1, lifetime=0.05)
 
     return asyncio.run(go())
+
+
+PROBE_SETTINGS = ProbeSettings(floor_s=2.0, warmup_floor_s=1.0, max_extensions=0)
+
+
+def tiny_spec(rate: float, kind: str = "vllm") -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny"},
+            "engine": {"kind": kind},
+            "slo": {"ttft": {"percentile": 90, "maxSeconds": 0.5}},
+            "tuning": {"workload": {"source": "Synthetic", "promptTokens": {"mean": 8},
+                                    "outputTokens": {"mean": 2}, "requestRate": rate}},
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_each_probe_keeps_its_prefix_cache_to_itself_with_a_salt_of_its_own(kind: str) -> None:
+    """Probes of one engine start send the same prompts at different rates. On vLLM each
+    probe's requests carry one salt, another probe's another, and a later measurement of the
+    same engine new ones, so that no probe hits blocks an earlier one cached; SGLang takes no
+    salt (its cache is flushed between probes instead)."""
+    received: list[dict[str, Any]] = []
+    measure = CapacityMeasure(tiny_spec(5.0, kind), "tiny", probes=PROBE_SETTINGS)
+
+    async def go() -> None:
+        async with serving(one_at_a_time_app(received), handler_cancellation=True) as url:
+            for _ in range(2):  # two measurements of one engine
+                engine = measure.engine(url)
+                for k in (0, 3):
+                    rate = 5.0 * 1.5 ** (k / 3)
+                    await measure.probe(url, engine, k=k, rate=rate, seed=1, lifetime=0.05)
+
+    asyncio.run(go())
+    salts = [body.get("cache_salt") for body in received]
+    if kind == "sglang":
+        assert set(salts) == {None}
+        return
+    runs = [salts[0]]
+    for salt in salts[1:]:
+        if salt != runs[-1]:
+            runs.append(salt)
+    assert None not in runs
+    assert len(runs) == len(set(runs)) == 4, runs  # one salt per probe, never reused
 
 
 def test_a_probe_far_past_capacity_stops_without_draining_its_backlog() -> None:

@@ -382,6 +382,22 @@ def test_the_api_key_comes_from_a_secret_to_the_engine_and_the_load_job() -> Non
     assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [from_secret]
 
 
+def test_a_trial_engine_serves_no_dev_endpoints_unless_the_spec_asks() -> None:
+    """The capacity search salts each probe's requests instead of resetting the cache, so a
+    trial pod gets no VLLM_SERVER_DEV_MODE (which would serve /sleep and /collective_rpc to
+    whoever reaches it); a spec that sets it gets it on every pod, as written."""
+
+    def env(pod: dict[str, Any]) -> dict[str, str]:
+        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+
+    plain = render.render_trial_pod(OWNER, spec(), {"max_num_seqs": 64}, 2, 5)
+    assert "VLLM_SERVER_DEV_MODE" not in env(plain)
+    asked = spec(engine={"env": [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]})
+    trial = render.render_trial_pod(OWNER, asked, {"max_num_seqs": 64}, 2, 5)
+    serving = render.render_deployment(OWNER, asked, annotate_for_scraping=True)["spec"]["template"]
+    assert env(trial)["VLLM_SERVER_DEV_MODE"] == env(serving)["VLLM_SERVER_DEV_MODE"] == "1"
+
+
 def test_only_the_trials_load_job_reaches_the_trial_engine() -> None:
     policy = render.render_trial_network_policy(OWNER, spec(), 2, 5)
     pod = render.render_trial_pod(OWNER, spec(), {}, 2, 5)

@@ -94,11 +94,6 @@ def problems(spec: dict[str, Any]) -> list[str]:
             "spec.engine.env[0].name: HF_TOKEN is not set here: slotune reads it from "
             "model.source.huggingFace.tokenSecretRef",
         ),
-        (
-            "engine.env",
-            [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
-            "spec.engine.env[0].name: VLLM_SERVER_DEV_MODE is not set here",
-        ),
     ],
 )  # fmt: skip
 def test_a_typo_in_a_field_passed_to_kubernetes_is_a_spec_error(

@@ -93,14 +93,17 @@ class Engine(Protocol):
         itself (Kubernetes expands `$(VAR)` in a container's args)."""
 
     @property
-    def cache_reset_path(self) -> str:
-        """The POST that empties the prefix cache, which the capacity search calls between
-        probes."""
+    def salts_prefix_cache(self) -> bool:
+        """Whether requests may carry a `cache_salt` that keeps their cached prefix blocks
+        apart from other salts'. The capacity search gives each probe a salt of its own, so
+        that no probe hits blocks an earlier one left."""
 
     @property
-    def trial_env(self) -> Mapping[str, str]:
-        """Environment a trial engine gets beyond the spec's: the endpoints the capacity search
-        calls between probes (e.g. resetting the prefix cache)."""
+    def cache_reset_path(self) -> str | None:
+        """Where the engine cannot salt: the POST that empties its prefix cache, which the
+        capacity search calls between probes. It must be served to the trial's load Job
+        without a setting that opens more than that (vLLM's reset needs its dev mode, which
+        also serves /sleep and /collective_rpc; vLLM salts instead)."""
 
     @property
     def cache_dirs(self) -> Mapping[str, str]:

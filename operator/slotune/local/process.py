@@ -140,9 +140,7 @@ class LocalRuntime:
         self._starts += 1
         port = free_port()
         log_path = self.work_dir / f"engine-{self._starts:03d}-{port}.log"
-        # The endpoints the capacity search calls between probes; the engine is a trial's,
-        # never a user-facing one.
-        env = {**os.environ, **VLLM.trial_env, **self.env, **dict(config.env)}
+        env = {**os.environ, **self.env, **dict(config.env)}
         started = self.clock()
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(

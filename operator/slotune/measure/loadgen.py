@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -49,6 +50,9 @@ serve --goodput` takes ms)."""
 COMPLETIONS_PATH = "/v1/completions"
 MIN_TOKEN_ID = 10
 """Random prompt ids start here, clear of the special tokens most vocabularies put first."""
+_SALT = re.compile(r"[A-Za-z0-9._-]{1,128}")
+"""What slotune sends as a `cache_salt`: vLLM takes at most 128 characters, without '@', '/',
+backslash or NUL."""
 
 _WORD_LIST = (
     "the of and to in is was for on are with as his they be at one have this from or had by "
@@ -76,7 +80,13 @@ class Workload:
     same load shape, awaited, and left out of the results. Lengths are drawn uniformly from
     mean * [1 - spread, 1 + spread], as `vllm bench serve --random-range-ratio` does. The first
     `shared_prefix_ratio * prompt_len` tokens of every prompt (warm-ups included) come from one
-    shared sequence, so prefix caching has something to hit."""
+    shared sequence, so prefix caching has something to hit.
+
+    `cache_salt`, where set, goes with every request (vLLM's `cache_salt`): the engine mixes it
+    into the hash of each prompt's first KV block, so these requests share cached blocks with
+    each other and with nothing sent under another salt. Probes of one engine start send the
+    same prompts at different rates, and a salt per probe keeps each from hitting what the
+    last one left, without the engine's cache-reset endpoint (which needs vLLM's dev mode)."""
 
     num_requests: int = 100
     seed: int = 0
@@ -91,6 +101,7 @@ class Workload:
     vocab_size: int = 32000
     timeout_s: float = 300.0
     text_prompts: bool = False
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -117,8 +128,15 @@ class Workload:
             problems.append(f"vocab_size must be > {MIN_TOKEN_ID}, got {self.vocab_size}")
         if not self.timeout_s > 0:
             problems.append(f"timeout_s must be > 0, got {self.timeout_s}")
+        problems += _salt_problems(self.cache_salt)
         if problems:
             raise ValueError("; ".join(problems))
+
+
+def _salt_problems(salt: str | None) -> list[str]:
+    if salt is None or _SALT.fullmatch(salt):
+        return []
+    return [f"cache_salt must be 1-128 of [A-Za-z0-9._-], got {salt!r}"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,7 @@ class PlannedRequest:
     prompt: list[int] | str
     prompt_tokens: int
     output_tokens: int
+    cache_salt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +242,7 @@ def plan_requests(workload: Workload) -> list[PlannedRequest]:
         prompt: list[int] | str = ids
         if workload.text_prompts:
             prompt = " ".join(_WORDS[i % len(_WORDS)] for i in ids)
-        plans.append(PlannedRequest(index, prompt, prompt_len, output_len))
+        plans.append(PlannedRequest(index, prompt, prompt_len, output_len, workload.cache_salt))
     return plans
 
 
@@ -232,7 +251,9 @@ def _random_tokens(rng: random.Random, workload: Workload, count: int) -> list[i
 
 
 def request_body(model: str, plan: PlannedRequest) -> dict[str, Any]:
+    salt = {} if plan.cache_salt is None else {"cache_salt": plan.cache_salt}
     return {
+        **salt,
         "model": model,
         "prompt": plan.prompt,
         "max_tokens": plan.output_tokens,

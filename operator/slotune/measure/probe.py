@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -73,7 +74,13 @@ class ProbeSettings:
 
 
 def _loadgen_workload(
-    workload: WorkloadSpec, seed: int, count: int, rate: float | None, concurrency: int | None
+    workload: WorkloadSpec,
+    seed: int,
+    count: int,
+    rate: float | None,
+    concurrency: int | None,
+    *,
+    cache_salt: str | None,
 ) -> loadgen.Workload:
     if workload.prompt_tokens is None or workload.output_tokens is None:
         raise ValueError("a measured workload needs promptTokens and outputTokens")
@@ -87,6 +94,7 @@ def _loadgen_workload(
         output_tokens=workload.output_tokens.mean,
         output_spread=workload.output_tokens.spread,
         shared_prefix_ratio=workload.shared_prefix_ratio,
+        cache_salt=cache_salt,
     )
 
 
@@ -101,13 +109,27 @@ def _root(base_url: str) -> str:
 
 
 class _Engine:
-    """The engine's own side of a probe: its queue gauges, draining, the prefix-cache reset."""
+    """The engine's own side of a probe: its queue gauges, draining, and what keeps one probe's
+    prefix cache from the next (a salt per probe, or the engine's cache reset)."""
 
     def __init__(self, base_url: str, adapter: Engine = DEFAULT_ENGINE) -> None:
         self.root = _root(base_url)
         self.metrics = ScrapeSource(self.root + "/metrics", timeout=5.0)
         self.adapter = adapter
         self.reset_available: bool | None = None
+        # Fresh for each measurement, so that no salt of an earlier one on the same engine
+        # (a resumed trial's) matches.
+        self._salt_base = uuid.uuid4().hex[:12] if adapter.salts_prefix_cache else None
+
+    @property
+    def salted(self) -> bool:
+        return self._salt_base is not None
+
+    def salt(self, phase: str) -> str | None:
+        """The cache salt of one phase of the measurement (the warm-up, the ceilings, probe k):
+        its requests hit only blocks cached by requests of the same phase. None where the
+        engine takes no salt."""
+        return None if self._salt_base is None else f"slotune-{self._salt_base}-{phase}"
 
     def _value(self, scrape: Exposition, signal: str) -> float | None:
         names = self.adapter.metrics.get(signal, ())
@@ -165,12 +187,13 @@ class _Engine:
             time.sleep(1.0)
 
     def reset_prefix_cache(self) -> None:
-        """The engine's cache reset (vLLM serves POST /reset_prefix_cache with its dev mode
-        on, `Engine.trial_env`); where it answers 404 the probes rely on fresh random prompts
-        instead."""
-        if self.reset_available is False:
+        """The engine's cache reset, where it has one and takes no salt (SGLang's
+        /flush_cache); where it answers 404 nothing keeps the probes apart, and the record
+        says so."""
+        path = self.adapter.cache_reset_path
+        if path is None or self.reset_available is False:
             return
-        url = self.root + self.adapter.cache_reset_path
+        url = self.root + path
         request = urllib.request.Request(url, method="POST")  # noqa: S310 - the engine's URL
         try:
             with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - the engine's URL
@@ -206,7 +229,7 @@ class CapacityMeasure:
 
     async def measure(self, base_url: str, request: MeasureRequest) -> Measurement:
         engine = self.engine(base_url)
-        lifetime = await self.warm_up(base_url)
+        lifetime = await self.warm_up(base_url, engine.salt("warmup"))
         ceiling = request.ceiling
         if request.measure_ceiling:
             ceiling = await measure_ceiling(
@@ -239,16 +262,18 @@ class CapacityMeasure:
                 f"{', stopped once certain' if probe.stopped_early else ''})"
             )
         result = capacity.capacity_of(settings, probes, percentiles, spread=request.spread)
-        measured = measurement_of(self.slo, result, ceiling, engine.reset_available)
+        measured = measurement_of(self.slo, result, ceiling, engine)
         acceptance = acceptance_rate(drafts_before, engine.spec_decode_tokens())
         return measured.model_copy(update={"spec_decode_acceptance": acceptance})
 
     def engine(self, base_url: str) -> _Engine:
         return _Engine(base_url, self.adapter)
 
-    async def warm_up(self, base_url: str) -> float:
+    async def warm_up(self, base_url: str, cache_salt: str | None = None) -> float:
         """A few requests one at a time; returns the median unloaded lifetime (s)."""
-        workload = _loadgen_workload(self.workload, 0, WARMUP_REQUESTS, None, 1)
+        workload = _loadgen_workload(
+            self.workload, 0, WARMUP_REQUESTS, None, 1, cache_salt=cache_salt
+        )
         results = await loadgen.run_workload(base_url, self.served_name, workload)
         lifetimes = [r.e2e for r in results if r.ok]
         return percentile(lifetimes, 50) if lifetimes else 1.0
@@ -269,8 +294,9 @@ class CapacityMeasure:
     async def probe(
         self, base_url: str, engine: _Engine, *, k: int, rate: float, seed: int, lifetime: float
     ) -> ProbeRun:
-        """One probe at `rate` on the schedule of `seed`; the engine drained and its prefix
-        cache reset afterwards."""
+        """One probe at `rate` on the schedule of `seed`, under a cache salt of its own (or,
+        where the engine takes none, its prefix cache reset afterwards); the engine drained
+        afterwards."""
         window = self._window_requests(rate, lifetime)
         warmup = max(
             4,
@@ -280,8 +306,9 @@ class CapacityMeasure:
         )
         tail = math.ceil(rate * 3 * lifetime) + 4
         segments = [warmup, window] + [window] * self.probes.max_extensions + [tail]
+        salt = engine.salt(f"p{k}")
         plans = loadgen.plan_requests(
-            _loadgen_workload(self.workload, seed, sum(segments), rate, None)
+            _loadgen_workload(self.workload, seed, sum(segments), rate, None, cache_salt=salt)
         )
         arrivals = capacity.scaled_arrivals(seed, rate, segments)
         began = time.perf_counter()
@@ -535,7 +562,7 @@ def default_search(target: float, ceiling: Ceiling | None) -> SearchSettings:
 
 
 def measurement_of(
-    slo: SloSpec, result: Capacity, ceiling: Ceiling | None, reset: bool | None
+    slo: SloSpec, result: Capacity, ceiling: Ceiling | None, engine: _Engine
 ) -> Measurement:
     """The trial's measurement: its capacity, and the figures of its probe at the target rate
     (what status and events show beside the capacity)."""
@@ -544,7 +571,8 @@ def measurement_of(
     return Measurement(
         capacity=result,
         ceiling=ceiling,
-        prefix_cache_reset=reset,
+        prefix_cache_reset=engine.reset_available,
+        prefix_cache_salted=engine.salted,
         slo_percentiles={n: figures[n].value if n in figures else None for n in slo.targets()},
         ttft_p95=at_target.ttft_p95 if at_target else None,
         tpot_p95=at_target.tpot_p95 if at_target else None,
@@ -588,6 +616,7 @@ async def measure_ceiling(
         prompt_tokens=workload.prompt_tokens.mean,
         prompt_spread=workload.prompt_tokens.spread,
         output_tokens=1,
+        cache_salt=engine.salt("prefill"),
     )
     results = await loadgen.run_workload(base_url, model, prefill_shape)
     calibrated = _steady_rate(results, PREFILL_CONCURRENCY, "prompt_tokens")
@@ -609,6 +638,7 @@ async def measure_ceiling(
         concurrency=DECODE_CONCURRENCY,
         prompt_tokens=16,
         output_tokens=output,
+        cache_salt=engine.salt("decode"),
     )
     decoded = await loadgen.run_workload(base_url, model, decode_shape)
     decode = _steady_rate(decoded, DECODE_CONCURRENCY // 2, "output_tokens")

@@ -22,6 +22,11 @@ class Measurement(BaseModel):
     prefix_cache_reset: bool | None = Field(
         default=None, description="Whether the engine's prefix cache was reset between probes."
     )
+    prefix_cache_salted: bool | None = Field(
+        default=None,
+        description="Whether each probe's requests carried a cache salt of their own, so that "
+        "none hit blocks an earlier probe cached (vLLM's cache_salt).",
+    )
     slo_percentiles: dict[str, float | None] = Field(
         default_factory=dict,
         description="Each SLO metric at its target percentile at the target rate, seconds.",

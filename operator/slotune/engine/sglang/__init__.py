@@ -148,8 +148,8 @@ class Sglang:
     health_path = "/health"
     api_key_env = "SGLANG_API_KEY"
     api_key_args = ("--api-key", "$(SGLANG_API_KEY)")
-    cache_reset_path = "/flush_cache"
-    trial_env: Mapping[str, str] = {}
+    salts_prefix_cache = False  # SGLang's requests take no salt
+    cache_reset_path: str | None = "/flush_cache"  # served without any further setting
     # SGLang's own JIT caches (DeepGEMM's among them) live under SGLANG_CACHE_DIR
     # (srt/environ.py, default ~/.cache/sglang); torch.compile's under Inductor's and Triton's.
     cache_dirs: Mapping[str, str] = {

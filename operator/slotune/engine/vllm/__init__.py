@@ -118,9 +118,11 @@ class Vllm:
     health_path = "/health"
     api_key_env = rules.API_KEY_VAR
     api_key_args: tuple[str, ...] = ()  # vLLM reads the variable itself
-    cache_reset_path = "/reset_prefix_cache"
-    # Dev mode serves POST /reset_prefix_cache, which the capacity search calls between probes.
-    trial_env: Mapping[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
+    # Each probe's requests carry a salt of their own (`cache_salt`, vllm/v1/core/
+    # kv_cache_utils.py mixes it into the first block's hash): the reset endpoint would need
+    # VLLM_SERVER_DEV_MODE on trial pods, which also serves /sleep and /collective_rpc.
+    salts_prefix_cache = True
+    cache_reset_path: str | None = None
     # Each default is off the cache mount or follows HOME: vLLM's is ~/.cache/vllm (envs.py),
     # Inductor's /tmp/torchinductor_<user>, Triton's ~/.triton/cache. Where vLLM moves
     # Inductor's under its own root to compile (compiler_interface.py, decorators.py), that
