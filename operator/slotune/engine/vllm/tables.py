@@ -23,7 +23,6 @@ exact_table = TABLES.exact_table
 version_of_image = TABLES.version_of_image
 flag_table_note = TABLES.flag_table_note
 removed_flag = TABLES.removed_flag
-removed_value = TABLES.removed_value
 added_in = TABLES.added_in
 
 _KV_SCALES = "remove it; vLLM loads the k and v scales from the checkpoint, else uses 1.0"
