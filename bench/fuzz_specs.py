@@ -257,7 +257,7 @@ def _env(f: Fuzzed, rng: random.Random, leaf: tuple[Any, ...]) -> str:
 def _flag_values(f: Fuzzed, rng: random.Random, leaf: tuple[Any, ...]) -> str:
     """A flag whose parser converts or lists its values, given a value it would refuse (or,
     now and then, one it takes)."""
-    table = vllm.flag_values()
+    table = tables.flag_values()
     option = rng.choice(sorted(table))
     _, choices = table[option]
     value = rng.choice(

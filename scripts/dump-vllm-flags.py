@@ -14,11 +14,7 @@ come from a python3.12 environment of your own) is dumped on a machine without a
     PYTHONPATH=bench/gpu/.build/site python3.12 scripts/dump-vllm-flags.py --platform cuda \
         operator/slotune/engine/vllm/flags/0.24.0.txt
 
-Each line is `OPTION ARITY TYPE CHOICES`: the arity as argparse counts values, 0 (a switch), 1
-(one value), or argparse's own ?, * and +; the type its values are converted with, `int` or
-`float` where the parser uses exactly those, else `-` (a string, or a conversion of vLLM's own);
-the values it accepts, comma-separated, where the parser lists them and compares the text (or
-its int or float) with them, else `-`. `--quantization`
+The table's format is parser_dump.py's (shared with dump-sglang-flags.py). `--quantization`
 lists no choices in the parser; vLLM checks it against its registry of quantization methods at
 start-up, and that registry is dumped as its choices.
 """
@@ -32,6 +28,8 @@ from types import ModuleType
 import vllm
 from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+from parser_dump import table_rows, write_table
 
 # The platforms `--platform` stands in for. Building the parser builds a `DeviceConfig`, which
 # asks vLLM's platform detection for a device type, and the CUDA build finds none on a machine
@@ -88,32 +86,16 @@ given = arguments.parse_args()
 asked = stand_in_platform(given.platform) if given.platform else []
 
 parser = serve_parser_module().make_arg_parser(FlexibleArgumentParser())
-rows = {}
-for action in parser._actions:
-    nargs = action.nargs
-    counted = "1" if nargs is None else str(nargs)
-    kind = {int: "int", float: "float"}.get(action.type, "-")
-    listed = action.choices
-    if action.type not in (None, str, int, float):
-        listed = None  # a conversion of vLLM's own runs first: its choices are not the text
-    if action.dest == "quantization":
-        listed = QUANTIZATION_METHODS
-    choices = ",".join(str(c) for c in listed) if listed else "-"
-    if counted == "0":
-        kind, choices = "-", "-"
-    for option in action.option_strings:
-        rows[option] = f"{counted} {kind} {choices}"
+rows = table_rows(parser, choices_of={"quantization": QUANTIZATION_METHODS})
+comments = [
+    f"Options accepted by `vllm serve` in vLLM {vllm.__version__}, dumped from its parser",
+    "by scripts/dump-vllm-flags.py: arity, value type, choices. Do not edit.",
+]
+if given.platform:
+    comments += [
+        f"Built without its platform, through a stand-in for vLLM's {given.platform} "
+        f"platform (--platform {given.platform}),",
+        f"which the parser asked: {', '.join(sorted(asked))}.",
+    ]
 # Written to a file: importing vLLM prints to stdout on its own.
-with given.table.open("w") as table:
-    table.write(
-        f"# Options accepted by `vllm serve` in vLLM {vllm.__version__}, dumped from its parser\n"
-        "# by scripts/dump-vllm-flags.py: arity, value type, choices. Do not edit.\n"
-    )
-    if given.platform:
-        table.write(
-            f"# Built without its platform, through a stand-in for vLLM's {given.platform} "
-            f"platform (--platform {given.platform}),\n# which the parser asked: "
-            f"{', '.join(sorted(asked))}.\n"
-        )
-    for option in sorted(rows):
-        table.write(f"{option} {rows[option]}\n")
+write_table(given.table, comments, rows)

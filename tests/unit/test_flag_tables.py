@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from slotune import cli
+from slotune.engine import ENGINES
+from slotune.engine.sglang import Sglang
 from slotune.engine.vllm import ENGINE, tables
 from slotune.engine.vllm import rules as vllm
 from slotune.models import SloSpec
@@ -167,8 +169,12 @@ def test_validate_refuses_an_engine_version_without_a_table_and_names_those_it_h
 
 
 def test_validate_engine_version_warns_for_an_engine_without_tables(
-    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    class Untabled(Sglang):
+        flag_table_versions = ()
+
+    monkeypatch.setitem(ENGINES, "sglang", Untabled())
     sglang = ROOT / "samples" / "qwen-sglang.yaml"
     assert cli.main(["validate", "--engine-version", "0.32.0", str(sglang)]) == 0
     assert "warning: --engine-version: slotune has no flag tables of SGLang" in (

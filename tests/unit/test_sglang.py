@@ -169,12 +169,13 @@ def test_sglang_startup_reports_its_kv_capacity() -> None:
 def test_sglang_rules_point_at_the_typed_field_or_refuse_what_it_lacks() -> None:
     _, problems = parse_spec(raw_spec("sglang", extraArgs=["--chunked-prefill-size", "512"]))
     assert problems == [
-        "spec.engine.extraArgs: --chunked-prefill-size: set "
-        "spec.engine.args.maxNumBatchedTokens, which slotune tunes"
+        "spec.engine.extraArgs[0]: --chunked-prefill-size is a tuned setting; set "
+        "spec.engine.args.maxNumBatchedTokens instead of passing it in extraArgs"
     ]
     _, problems = parse_spec(raw_spec("sglang", extraArgs=["--port=9000"]))
     assert problems == [
-        "spec.engine.extraArgs: --port: the operator serves on SGLang's port 30000, named http"
+        "spec.engine.extraArgs[0]: --port is managed by slotune: the operator serves on SGLang's "
+        "port 30000, named http"
     ]
     _, problems = parse_spec(raw_spec("sglang", args={"kvCacheDtype": "fp8"}))
     assert len(problems) == 1

@@ -1,5 +1,6 @@
 """SGLang (`python -m sglang.launch_server`): its flags for slotune's typed settings, the
-metrics it exposes with `--enable-metrics`, its histogram-bucket flags and its health path.
+metrics it exposes with `--enable-metrics`, its histogram-bucket flags and its health path; its
+flag rules, against the table dumped from its parser, are in `rules`.
 
 Facts from SGLang's `ServerArgs` and `srt/metrics/collector.py` (0.5): the chunked-prefill
 budget is `--chunked-prefill-size`, the running-batch cap `--max-running-requests`, the KV page
@@ -7,9 +8,8 @@ budget is `--chunked-prefill-size`, the running-batch cap `--max-running-request
 cache) is on unless `--disable-radix-cache`. It exposes no per-request TPOT histogram, so a TPOT
 target cannot be judged live on SGLang (its ITL histogram can).
 
-Not yet covered for SGLang: a rule table from its parser (like vLLM's flag table), and start-up
-log patterns captured from its real failures (those here are its messages as its source words
-them).
+Not yet covered for SGLang: start-up log patterns captured from its real failures (those here
+are its messages as its source words them).
 """
 
 from __future__ import annotations
@@ -18,63 +18,11 @@ import re
 from collections.abc import Mapping
 
 from slotune.engine.base import Violation, bounds_around
-from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
+from slotune.engine.knobs import render_knobs
+from slotune.engine.sglang import rules
+from slotune.engine.sglang.rules import KNOBS
 from slotune.engine.startup import Cause, FailureKind, StartFailure, StartupFacts, classify
 from slotune.models import AttentionBackend, EngineArgs, SloSpec
-
-KNOBS: tuple[Knob, ...] = (
-    Knob(
-        "max_num_batched_tokens",
-        "--chunked-prefill-size",
-        "maxNumBatchedTokens",
-        short="batched",
-        search={"h200": IntSpan(256, 32768, log=True)},
-    ),
-    Knob(
-        "block_size",
-        "--page-size",
-        "blockSize",
-        short="block",
-        search={"h200": Choices((1, 16, 32, 64))},
-        defaults={"h200": 1},
-    ),
-    Knob(
-        "gpu_memory_utilization",
-        "--mem-fraction-static",
-        "gpuMemoryUtilization",
-        short="gmu",
-        search={"h200": FloatSpan(0.70, 0.92, step=0.01)},
-    ),
-    Knob(
-        "max_num_seqs",
-        "--max-running-requests",
-        "maxNumSeqs",
-        short="seqs",
-        search={"h200": IntSpan(8, 1024, log=True)},
-    ),
-    Knob("max_model_len", "--context-length", "maxModelLen", short="len"),
-    Knob(
-        "enable_prefix_caching",
-        "--disable-radix-cache",
-        "enablePrefixCaching",
-        short="prefix",
-        inverted=True,
-        search={"h200": Choices((True, False))},
-        defaults={"h200": True},
-    ),
-)
-
-# Flags the operator owns, each with what to set instead.
-MANAGED_FLAGS: Mapping[str, str] = {
-    "--model-path": "set spec.model.name",
-    "--model": "set spec.model.name",
-    "--served-model-name": "set spec.model.servedName",
-    "--host": "the operator binds the engine to all addresses",
-    "--port": "the operator serves on SGLang's port 30000, named http",
-    "--tp-size": "set spec.resources.gpus",
-    "--tp": "set spec.resources.gpus",
-    "--api-key": "put the key in a Secret and name it in spec.engine.apiKeySecretRef",
-}
 
 METRICS: Mapping[str, tuple[str, ...]] = {
     "ttft": ("sglang:time_to_first_token_seconds",),
@@ -159,7 +107,7 @@ class Sglang:
     }
     model_label = "model_name"
     knobs = KNOBS
-    flag_table_versions: tuple[str, ...] = ()  # SGLang's parser is not dumped yet
+    flag_table_versions: tuple[str, ...] = rules.TABLES.supported_versions()
     metrics = METRICS
     default_buckets = DEFAULT_BUCKETS
 
@@ -217,27 +165,15 @@ class Sglang:
                     "flag in spec.engine.extraArgs",
                 )
             )
-        by_flag = {knob.flag: knob for knob in KNOBS}
-        for token in extra_args:
-            flag = _flag_of(token)
-            if flag in MANAGED_FLAGS:
-                problems.append(
-                    Violation("spec.engine.extraArgs", f"{flag}: {MANAGED_FLAGS[flag]}")
-                )
-            elif flag in by_flag:
-                problems.append(
-                    Violation(
-                        "spec.engine.extraArgs",
-                        f"{flag}: set spec.engine.args.{by_flag[flag].spec_name}, which slotune "
-                        "tunes",
-                    )
-                )
-        return problems
+        # A version given is one of the tables'; an image's may have none (then the nearest).
+        exact = version is not None or rules.TABLES.exact_table(image)
+        version = version or rules.TABLES.version_of_image(image)
+        return problems + rules.check_extra_args(extra_args, version, exact=exact)
 
     def check_resources(
         self, extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None
     ) -> list[Violation]:
-        return []
+        return rules.check_resources(extra_args, gpus, rules.TABLES.version_of_image(image))
 
     def backend_accepts(self, field: str, value: object, backend: str) -> bool:
         return True
@@ -246,7 +182,7 @@ class Sglang:
         return "SGLang's KV-cache dtype is not a typed setting; pass --kv-cache-dtype in extraArgs"
 
     def image_note(self, image: str) -> str:
-        return ""
+        return rules.TABLES.flag_table_note(image)
 
     def parse_startup(self, log: str) -> StartupFacts:
         kv = _KV_TOKENS.findall(log)

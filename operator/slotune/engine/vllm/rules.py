@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import difflib
 import re
-import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slotune.engine import extra_args as checks
 from slotune.engine.base import Violation
 from slotune.engine.knobs import Choices, FloatSpan, IntSpan, Knob, render_knobs
 from slotune.engine.vllm import tables
-from slotune.engine.vllm.tables import PINNED_VERSION, flag_arity, flag_values, known_flags
+from slotune.engine.vllm.tables import PINNED_VERSION, flag_arity, known_flags
 from slotune.models import (
     KV_CACHE_DTYPE_NAMES,
     LOSSY_KV_CACHE_DTYPES,
@@ -254,29 +254,8 @@ def kv_cache_dtype_hint(value: str) -> str:
 
 
 def _value_problem(option: str, value: str, version: str, *, choices_too: bool) -> str | None:
-    """Why vLLM's parser would refuse `value` for `option`, if it would. The types of values
-    hold from release to release; the lists of choices grow, so they are checked only against
-    the table of the image's own version (`choices_too`)."""
-    kind, choices = flag_values(version).get(option, ("-", ()))
-    if not choices_too:
-        choices = ()
-    converted: object = value
-    try:
-        if kind == "int":
-            converted = int(value)
-        elif kind == "float":
-            converted = float(value)
-    except ValueError:
-        return f"{option} takes {'an integer' if kind == 'int' else 'a number'}, not {value!r}"
-    if choices and str(converted) not in choices:
-        removal = tables.removed_value(option, str(converted), version)
-        if removal is not None:
-            left = ", ".join(choices)
-            return f"{value!r} was removed from {option} {removal.when()}: use one of {left}"
-        near = difflib.get_close_matches(value, choices, n=1)
-        hint = f"; did you mean {near[0]}?" if near else f" (one of {', '.join(choices)})"
-        return f"{value!r} is not a value {option} takes{hint}"
-    return None
+    """Why vLLM's parser would refuse `value` for `option`, if it would."""
+    return checks.value_problem(tables.TABLES, option, value, version, choices_too=choices_too)
 
 
 def _tuned_by_spelling() -> dict[str, Knob]:
@@ -290,20 +269,11 @@ def _normalise(option: str) -> str:
     return option
 
 
-TYPOGRAPHIC_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
-"""Hyphen, non-breaking hyphen, figure dash, en dash, em dash, horizontal bar, minus sign:
-what a word processor or a chat makes of `--`."""
-
-
-def _is_value(token: str) -> bool:
-    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
-
-
 def extra_flags(extra_args: list[str]) -> list[tuple[int, str]]:
     """The option names in a pass-through argument list, with their index."""
     found = []
     for index, token in enumerate(extra_args):
-        if _is_value(token):
+        if checks.is_value(token):
             continue
         found.append((index, _normalise(token.split("=", 1)[0])))
     return found
@@ -318,27 +288,10 @@ def check_extra_args(
     extra_args: list[str], version: str = PINNED_VERSION, *, exact: bool = True
 ) -> list[Violation]:
     """Problems with `spec.engine.extraArgs`, each naming the fix."""
-    problems: list[Violation] = []
     tuned = _tuned_by_spelling()
     known = known_flags(version)
-    extra_args = list(extra_args)
-    for index, token in enumerate(extra_args):
-        # The leading run of dashes, when it holds a typographic one (a mix such as a
-        # non-breaking hyphen and a hyphen included).
-        dashes = re.match(
-            f"^[-{TYPOGRAPHIC_DASHES}]*[{TYPOGRAPHIC_DASHES}][-{TYPOGRAPHIC_DASHES}]*", token
-        )
-        if dashes:  # pasted from a document: vLLM would take it as a value, not a flag
-            typographic = sorted(set(dashes[0]) - {"-"})
-            names = ", ".join(unicodedata.name(c, hex(ord(c))) for c in typographic)
-            extra_args[index] = "--" + token[dashes.end() :]  # checked as meant, below
-            problems.append(
-                Violation(
-                    f"spec.engine.extraArgs[{index}]",
-                    f"{token!r} starts with a typographic dash ({names}), which vLLM reads as a "
-                    f"value; write {extra_args[index]!r}",
-                )
-            )
+    # A flag pasted with a typographic dash is reported, and checked below as meant.
+    extra_args, problems = checks.with_ascii_dashes(extra_args, "vLLM")
     problems += _check_values(extra_args, version, exact=exact)
     for index, option in extra_flags(extra_args):
         where = f"spec.engine.extraArgs[{index}]"
@@ -402,74 +355,20 @@ def check_extra_args(
     return problems
 
 
-def _takes(arity: str) -> tuple[int, int | None]:
-    """The fewest and most values (None: no limit) an argparse arity allows."""
-    return {"0": (0, 0), "?": (0, 1), "*": (0, None), "+": (1, None)}.get(arity, (1, 1))
-
-
 def _check_values(extra_args: list[str], version: str, *, exact: bool = True) -> list[Violation]:
-    """Each flag's values counted as vLLM's parser counts them: a switch given a value, a flag
-    missing its value, a value no flag takes. Unknown flags are reported elsewhere and take
-    whatever follows them here."""
+    """Each flag's values counted as vLLM's parser counts them (`extra_args.check_values`)."""
     arity = flag_arity(version)
-    problems = []
-    index = 0
-    while index < len(extra_args):
-        token = extra_args[index]
-        where = f"spec.engine.extraArgs[{index}]"
-        if _is_value(token):
-            owner = "; the model is set by spec.model.name" if index == 0 else ""
-            problems.append(Violation(where, f"{token!r} is a value with no flag before it{owner}"))
-            index += 1
-            continue
-        option, equals, _ = token.partition("=")
-        option = _normalise(option)
-        counted = arity.get(option.split(".", 1)[0], "*" if not _is_opt_level(option) else "?")
+
+    def read(name: str) -> tuple[str, str]:
+        option = _normalise(name)
         if _is_opt_level(option) and len(option) > 2:
-            counted = "0"  # -O3: the level is part of the token
-        least, most = _takes(counted)
-        room = None if most is None else max(0, most - bool(equals))
-        rest = extra_args[index + 1 :]
-        values = 0  # the values that follow the flag as separate tokens
-        while (room is None or values < room) and values < len(rest) and _is_value(rest[values]):
-            values += 1
-        following = rest[0] if rest else None
-        given = values + bool(equals)
-        if most == 0 and (equals or (following is not None and _is_value(following))):
-            stray = token.partition("=")[2] if equals else following
-            switch = (
-                f"; to turn it off write --no-{option.removeprefix('--')}"
-                if f"--no-{option.removeprefix('--')}" in arity
-                else ""
-            )
-            problems.append(
-                Violation(
-                    where,
-                    f"{option} is a switch and takes no value, but is given {stray!r} (vLLM "
-                    f"exits with 'unrecognized arguments'): write {option} alone{switch}",
-                )
-            )
-            values = 1 if not equals else 0  # the stray value is reported here, not again
-        elif given < least:
-            after = f", but {following!r} follows it" if following is not None else ""
-            problems.append(
-                Violation(
-                    where,
-                    f"{option} takes a value{after} (vLLM exits with 'expected one argument'): "
-                    f"write {option} VALUE",
-                )
-            )
-        elif most == 1 and given == 1:
-            value = token.partition("=")[2] if equals else rest[0]
-            refused = _value_problem(option, value, version, choices_too=exact)
-            if refused is not None:
-                problems.append(
-                    Violation(
-                        where, f"{refused} (vLLM exits with 'invalid choice' or 'invalid value')"
-                    )
-                )
-        index += 1 + values
-    return problems
+            return option, "0"  # -O3: the level is part of the token
+        return option, arity.get(option.split(".", 1)[0], "?" if _is_opt_level(option) else "*")
+
+    def refused(option: str, value: str) -> str | None:
+        return _value_problem(option, value, version, choices_too=exact)
+
+    return checks.check_values(extra_args, read, refused, switches=arity, engine="vLLM")
 
 
 def _is_dotted_json_option(option: str, known: frozenset[str]) -> bool:
@@ -607,21 +506,6 @@ PARALLEL_FLAGS = {
 }
 
 
-def _flag_values(extra_args: list[str], spellings: Mapping[str, str]) -> list[tuple[int, str, str]]:
-    """(index, option, value) of each use of the given options, `--opt value` or `--opt=value`."""
-    found = []
-    for index, token in enumerate(extra_args):
-        option, equals, value = token.partition("=")
-        option = _normalise(option)
-        if option not in spellings:
-            continue
-        if not equals:
-            following = extra_args[index + 1] if index + 1 < len(extra_args) else ""
-            value = following if _is_value(following) else ""
-        found.append((index, option, value))
-    return found
-
-
 def check_resources(
     extra_args: list[str], gpus: int, image: str, backend: AttentionBackend | None
 ) -> list[Violation]:
@@ -629,7 +513,7 @@ def check_resources(
     parallel, so pipeline or data parallelism has no GPUs to run on; and vLLM's GPU build
     cannot start on a pod without a GPU."""
     problems = []
-    for index, option, value in _flag_values(extra_args, PARALLEL_FLAGS):
+    for index, option, value in checks.flag_uses(extra_args, _normalise, PARALLEL_FLAGS):
         if value.isdigit() and int(value) > 1:
             kind = PARALLEL_FLAGS[option]
             problems.append(
