@@ -59,14 +59,19 @@ class Platform:
         return EngineArgs(**self.defaults)
 
 
-CPU = Platform(name="cpu", backend="CPU_ATTN", spread=0.0)
-"""The spread: vLLM's defaults on five fresh CPU engines in one sitting, the `make tune`
-example (`bench/capacity_repeatability.py --engines 5`, seeds 300-304): 2.14-2.39 req/s
-(1.12x), their ln estimates spreading by sd 0.045, within what their own intervals state
-(mean sd 0.082): no between-start part left (0.000; 90% interval 0-0.18, four degrees of
-freedom). Across hours a CPU instance's speed moves far more (sigma 0.27 between the CPU
-landscape's two runs four hours apart, `bench/variance_components.py`), which is why the
-example is scaled to the machine when it starts and a study's trials run in one sitting."""
+CPU = Platform(name="cpu", backend="CPU_ATTN", spread=0.073)
+"""The spread: vLLM's defaults on five fresh CPU engines in each of two sittings, the `make
+tune` example (`bench/capacity_repeatability.py --engines 5`, seeds 300-304 on 2026-12-06 and
+400-404 on 2026-12-07): 2.14-2.39 req/s (1.12x) in the first, where the starts spread no more
+than their own intervals state (sigma_b 0.000), and 2.10-2.80 (1.34x) in the second (sigma_b
+0.124). Pooled over both (eight degrees of freedom, `bench/variance_components.components`):
+sigma_b 0.073 in ln rate beyond each start's own interval (mean within-start sd 0.067; 90%
+interval 0.024-0.156). The second sitting's spread is not explained (the engine processes'
+placement on two busy cores is the suspect left; the uni-process executor, which would remove
+it, is not the same engine on this platform), so both sittings count. Across hours a CPU
+instance's speed moves far more (sigma 0.27 between the CPU landscape's two runs four hours
+apart, `bench/variance_components.py`), which is why the example is scaled to the machine when
+it starts and a study's trials run in one sitting."""
 H200 = Platform(name="h200", backend="FLASH_ATTN", spread=0.053)
 """The spread: vLLM's defaults on five H200 starts of the study's landscape, refitted
 (`bench/variance_components.py bench/landscapes/h200-study.jsonl`): 13.9-16.1 req/s, sigma_b
