@@ -52,8 +52,8 @@
 #                                           (or until it ends)
 #   bench/gpu/on-device.sh lossy            starts, in the background, the lossy side-by-side
 #                                           (h100-lossy.yaml): seeded weights drawn on the
-#                                           GPU, then vLLM's defaults, fp8 weights, fp8 with
-#                                           2048 x 96, and 2048 x 96 on the same schedules, the
+#                                           GPU, then vLLM's defaults, fp8 with 2048 x 96,
+#                                           2048 x 96, and fp8 weights on the same schedules, the
 #                                           prefill ceiling with and without fp8, and the
 #                                           quality gate against the defaults
 #   bench/gpu/on-device.sh lossy-follow SECONDS
@@ -334,7 +334,7 @@ lossy)
       --model-dir '$here/llama-8b' --seeded-weights $weights --records /dev/null \
       --work /tmp/slotune-lossy --json /tmp/lossy.json --platform h100 --quality \
       --ceilings 'vllm-defaults,fp8' \
-      --configs 'defaults;fp8={\"quantization\": \"fp8\"};fp8+sched={\"quantization\": \"fp8\", $sched};sched={$sched}'
+      --configs 'defaults;fp8+sched={\"quantization\": \"fp8\", $sched};sched={$sched};fp8={\"quantization\": \"fp8\"}'
   " >>/tmp/slotune-lossy.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-lossy.pid
   echo "lossy side-by-side started (pid $!); bench/gpu/on-device.sh lossy-follow SECONDS brings it back"
