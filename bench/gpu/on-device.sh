@@ -50,7 +50,7 @@
 #   bench/gpu/on-device.sh cache-follow SECONDS
 #                                           brings its log and JSON back to $OUT for SECONDS
 #                                           (or until it ends)
-#   bench/gpu/on-device.sh lossy            starts, in the background, the lossy side-by-side
+#   bench/gpu/on-device.sh lossy [stacked]  starts, in the background, the lossy side-by-side
 #                                           (h100-lossy.yaml): seeded weights drawn on the
 #                                           GPU, then vLLM's defaults, fp8 with 2048 x 96,
 #                                           2048 x 96, and fp8 weights on the same schedules, the
@@ -326,6 +326,13 @@ side-by-side)
 lossy)
   weights=/tmp/slotune-seeded-8b
   sched='"max_num_batched_tokens": 2048, "max_num_seqs": 96'
+  fp8='"quantization": "fp8"'
+  configs="defaults;fp8+sched={$fp8, $sched};sched={$sched};fp8={$fp8}"
+  ceilings='vllm-defaults,fp8'
+  if [[ "${2:-}" == stacked ]]; then  # a short session: does fp8 add to the scheduler settings?
+    configs="sched={$sched};fp8+sched={$fp8, $sched}"
+    ceilings=''
+  fi
   setsid bash -c '"$@"; echo "[lossy ended with status $?]"' lossy bash -c "
     set -e
     [[ -f $weights/model.safetensors ]] || time python3 '$root/tests/support/seeded_weights.py' \
@@ -333,8 +340,7 @@ lossy)
     python3 '$here/capacity_side_by_side.py' --spec '$here/h100-lossy.yaml' \
       --model-dir '$here/llama-8b' --seeded-weights $weights --records /dev/null \
       --work /tmp/slotune-lossy --json /tmp/lossy.json --platform h100 --quality \
-      --ceilings 'vllm-defaults,fp8' \
-      --configs 'defaults;fp8+sched={\"quantization\": \"fp8\", $sched};sched={$sched};fp8={\"quantization\": \"fp8\"}'
+      --ceilings '$ceilings' --configs '$configs'
   " >>/tmp/slotune-lossy.log 2>&1 </dev/null &
   echo "$!" >/tmp/slotune-lossy.pid
   echo "lossy side-by-side started (pid $!); bench/gpu/on-device.sh lossy-follow SECONDS brings it back"
