@@ -254,9 +254,10 @@ KV_CACHE_DTYPE_NAMES: tuple[str, ...] = get_args(KvCacheDtypeName)
 def _kv_cache_dtype_rule() -> JsonDict:
     """The CRD's check of a KV-cache dtype: a CEL rule, not an enum. The API server skips
     every CEL rule once an enum has refused a value, and an enum's refusal lists the 22
-    values without saying which one was meant; this rule's message names the dtypes that
-    begin with what was written (`int4` → `int4_per_token_head`), as `slotune validate`
-    does."""
+    values without saying which one was meant; this rule's message names the dtypes of the
+    family written (`int4` → `int4_per_token_head`). `slotune validate` names the nearest
+    dtypes too, with `difflib` and the backends that run them (`engine.vllm.rules.
+    kv_cache_dtype_hint`), which CEL cannot do within its budget."""
     known = "[" + ", ".join(f"'{d}'" for d in KV_CACHE_DTYPE_NAMES) + "]"
     # The dtypes by family (the part before the first '_'): a value that begins with a
     # family's name, or with which one begins, gets that family. Written out as a chain of

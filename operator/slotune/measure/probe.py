@@ -616,6 +616,11 @@ async def measure_ceiling(
         prompt_tokens=workload.prompt_tokens.mean,
         prompt_spread=workload.prompt_tokens.spread,
         output_tokens=1,
+        # One salt for the calibration batch and the longer run below, which sends the same
+        # prompts again (the same seed): as before salts, when nothing was reset between the
+        # two, so the ceiling (and the example's scaling from it) reads as it did. With prefix
+        # caching on, those repeats can hit the cache; a salt of its own for the longer run
+        # would stop that, and move every scaled figure: it needs measuring first.
         cache_salt=engine.salt("prefill"),
     )
     results = await loadgen.run_workload(base_url, model, prefill_shape)
