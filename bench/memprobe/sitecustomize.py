@@ -86,8 +86,9 @@ def _je_dump(number: int) -> None:
 
 def _walk() -> tuple[int, str]:
     """One pass over the heap: the entries of Kopf's per-object memory, and the sizes of what
-    slotune keeps per object (the handlers' maps, the client's cache)."""
+    slotune keeps per object (the edge services' maps, the client's cache)."""
     memories, live, applied, clients = 0, 0, 0, 0
+    seen, gone, locks = 0, 0, 0
     for obj in gc.get_objects():
         kind = type(obj).__name__
         if kind == "ResourceMemories":
@@ -95,10 +96,13 @@ def _walk() -> tuple[int, str]:
         elif kind == "CachedKube":
             clients += 1
             live, applied = live + len(obj._live), applied + len(obj._applied)
-    handlers = sys.modules.get("slotune.handlers")
-    if handlers is None:
+        elif kind == "LastSeen":  # slotune.edge.seen
+            seen, gone = seen + len(obj.bodies), gone + len(obj.gone)
+        elif kind == "KeyedLocks":
+            locks += len(obj)
+    if "slotune.handlers" not in sys.modules:
         return memories, ""
-    sizes = {name: len(getattr(handlers, name, ())) for name in ("_seen", "_gone", "_locks")}
+    sizes = {"_seen": seen, "_gone": gone, "_locks": locks}
     if clients:
         sizes.update(live=live, applied=applied)
     return memories, " kept=" + ",".join(f"{k}:{v}" for k, v in sizes.items())

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from types import SimpleNamespace
 from typing import Any
 
 import kopf
 import pytest
 
-from slotune import handlers, render
+from slotune import edge, handlers, render
 from slotune.kube import MANAGED_BY, MANAGED_BY_LABEL, CachedKube, load_api_client
 from support.cluster import Cluster, llmd, wait_for
 
@@ -98,10 +97,11 @@ def test_a_childs_status_event_costs_no_request(cluster: Cluster, namespace: str
     nothing.)"""
     assert cluster.apply(llmd("owner", namespace)).returncode == 0
     kube, requests = counted(cluster)
-    memo = SimpleNamespace(kube=kube)
+    services = edge.build(edge.Launch(), kube=kube)
+    memo = kopf.Memo(services=services)
     logger = logging.getLogger("test")
     ref = {"metadata": {"namespace": namespace, "name": "owner"}}
-    handlers._run(ref, memo, logger)
+    services.reconciler.run(ref, logger)
     assert requests["get"] >= 1  # a first look reads the object
     assert requests["patch"] >= 2  # and applies its children
 
@@ -111,7 +111,7 @@ def test_a_childs_status_event_costs_no_request(cluster: Cluster, namespace: str
 
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", **wait_for("status", rolled)}
     kube.observed(deployment)
-    handlers._run(ref, memo, logger)  # the owner's status as the Deployment's now says
+    services.reconciler.run(ref, logger)  # the owner's status as the Deployment's now says
     before = dict(requests)
     event = {"type": "MODIFIED", "object": deployment}
     handlers.on_child_event(event, kopf.Body(deployment), memo, logger)

@@ -4,13 +4,14 @@ body it last saw) instead of reading the object again."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import logging
 from typing import Any
 
 import kopf
 import pytest
 
-from slotune import handlers
+from slotune import edge, handlers
+from slotune.edge.seen import LastSeen, Seen, essence
 
 KEY = ("prod", "chat")
 
@@ -37,25 +38,25 @@ def body(version: str, **changes: Any) -> dict[str, Any]:
     return obj
 
 
-@pytest.fixture(autouse=True)
-def seen() -> Iterator[None]:
-    seen = body("10")
-    handlers._seen[KEY] = handlers._Seen(seen, "10", handlers._essence(seen))
-    yield
-    handlers._forget(KEY)
+@pytest.fixture
+def seen() -> LastSeen:
+    cache = LastSeen()
+    last = body("10")
+    cache.bodies[KEY] = Seen(last, "10", essence(last))
+    return cache
 
 
-def test_the_version_last_seen_is_used_as_a_copy() -> None:
+def test_the_version_last_seen_is_used_as_a_copy(seen: LastSeen) -> None:
     listed = body("10")
-    found = handlers._last_seen(KEY, listed, None)
+    found = seen.last_seen(KEY, listed, None)
     assert found == listed
     assert found is not listed
 
 
-def test_a_later_version_that_differs_only_in_bookkeeping_is_used() -> None:
+def test_a_later_version_that_differs_only_in_bookkeeping_is_used(seen: LastSeen) -> None:
     """Kopf's annotation patch after a handler moves the resourceVersion, nothing else."""
     kopf_patched = body("11", metadata__annotations={"slotune.dev/last-handled-digest": "def"})
-    assert handlers._last_seen(KEY, kopf_patched, None) == kopf_patched
+    assert seen.last_seen(KEY, kopf_patched, None) == kopf_patched
 
 
 @pytest.mark.parametrize(
@@ -68,28 +69,30 @@ def test_a_later_version_that_differs_only_in_bookkeeping_is_used() -> None:
         {"metadata__deletionTimestamp": "2026-12-03T20:00:00Z"},
     ],
 )
-def test_any_change_a_reconcile_reads_is_read_afresh(changes: dict[str, Any]) -> None:
-    assert handlers._last_seen(KEY, body("12", **changes), None) is None
+def test_any_change_a_reconcile_reads_is_read_afresh(
+    seen: LastSeen, changes: dict[str, Any]
+) -> None:
+    assert seen.last_seen(KEY, body("12", **changes), None) is None
 
 
-def test_a_childs_event_uses_the_body_last_seen_of_its_owners_uid() -> None:
-    found = handlers._last_seen(KEY, None, "u1")
+def test_a_childs_event_uses_the_body_last_seen_of_its_owners_uid(seen: LastSeen) -> None:
+    found = seen.last_seen(KEY, None, "u1")
     assert found == body("10")
-    assert found is not handlers._seen[KEY].body
+    assert found is not seen.bodies[KEY].body
 
 
-def test_another_uid_no_uid_or_nothing_seen_reads_afresh() -> None:
-    assert handlers._last_seen(KEY, None, "u2") is None  # deleted and created again
-    assert handlers._last_seen(KEY, None, None) is None  # a pod: its owner is a ReplicaSet
-    handlers._forget(KEY)
-    assert handlers._last_seen(KEY, body("10"), None) is None
-    assert handlers._last_seen(KEY, None, "u1") is None
+def test_another_uid_no_uid_or_nothing_seen_reads_afresh(seen: LastSeen) -> None:
+    assert seen.last_seen(KEY, None, "u2") is None  # deleted and created again
+    assert seen.last_seen(KEY, None, None) is None  # a pod: its owner is a ReplicaSet
+    seen.forget(KEY)
+    assert seen.last_seen(KEY, body("10"), None) is None
+    assert seen.last_seen(KEY, None, "u1") is None
 
 
-def test_a_body_is_not_changed_by_the_check() -> None:
+def test_a_body_is_not_changed_by_the_check(seen: LastSeen) -> None:
     listed = body("11")
     kept = copy.deepcopy(listed)
-    handlers._last_seen(KEY, listed, None)
+    seen.last_seen(KEY, listed, None)
     assert listed == kept
 
 
@@ -137,15 +140,15 @@ def test_a_child_going_has_its_owner_read_afresh(
     the children the garbage collector then deleted were applied again from the owners'
     last-seen bodies, for ever."""
     runs: list[str | None] = []
-    monkeypatch.setattr(handlers, "_kube", lambda memo: _Cache())
+    services = edge.build(edge.Launch(), kube=_Cache())
     monkeypatch.setattr(
-        handlers, "_run", lambda body, memo, logger, **kw: runs.append(kw["owner_uid"])
+        services.reconciler, "run", lambda body, logger, **kw: runs.append(kw["owner_uid"])
     )
     obj = child(**metadata)
     handlers.on_child_event(
         event={"type": event_type, "object": obj},
         body=kopf.Body(obj),
-        memo=object(),
-        logger=handlers.log,
+        memo=kopf.Memo(services=services),
+        logger=logging.getLogger(__name__),
     )
     assert runs == [trusted]
