@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from tests.support.specs import llm_spec, tuning, workload
 
-from slotune import render
+from slotune import models, render
 from slotune.measure.capacity import Capacity
 from slotune.measure.record import Measurement
 from slotune.models import CurrentTrial, LLMDeploymentSpec, TunedConfig, TuningStatus
 from slotune.study import trials
 from slotune.study.transitions import (
+    TRIAL_STEPS,
     Apply,
     Decision,
     Live,
@@ -30,6 +31,7 @@ from slotune.study.transitions import (
     Situation,
     decide,
 )
+from slotune.tuner import sampling
 from slotune.tuner.records import TrialRecord, TrialState
 from slotune.tuner.sampling import infeasible_constraints
 
@@ -720,3 +722,62 @@ def test_the_trial_objects_uids_are_recorded_once_seen_and_kept() -> None:
     assert decision.tuning is not None
     assert decision.tuning.current is not None
     assert (decision.tuning.current.pod_uid, decision.tuning.current.job_uid) == ("p1", "job-uid")
+
+
+def test_every_trial_step_has_a_row_for_every_strategy() -> None:
+    """The table is keyed by the API's own trial steps and strategies: one missing is a step
+    no study could take."""
+    steps = get_args(CurrentTrial.model_fields["step"].annotation)
+    strategies = get_args(models.TuningSpec.model_fields["strategy"].annotation)
+    assert set(TRIAL_STEPS) == {(s, k) for s in steps for k in strategies}
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("off, never tuned: nothing to do", "tuning is off, or the spec has no SLO"),
+        ("a hold beats a spec change", "Prometheus is unreachable"),
+        ("first study", "no study yet, or the spec changed"),
+        ("promoting, rolling out: wait", "a winner is being promoted"),
+        (
+            "no trial in flight: the first is planned",
+            "trials are under way; no trial is in flight: the next is planned",
+        ),
+        (
+            "launching, still starting: wait",
+            "trials are under way; the trial's canary pod is starting",
+        ),
+        (
+            "in place, rolling out: wait",
+            "trials are under way; the serving Deployment is rolling out the trial",
+        ),
+        (
+            "measuring in place, the serving pods crash: recorded as failed",
+            "trials are under way; the load Job is measuring the serving pods",
+        ),
+    ],
+)
+def test_the_rows_that_chose_a_step_say_why(name: str, why: str) -> None:
+    row = ROWS[name]
+    assert decide(situation_of(row), row.seen).why == why
+
+
+def test_a_status_without_a_message_shows_why_in_the_condition() -> None:
+    decision = decide(situation_of(Row(status(state="Completed"))), Observed())
+    assert decision.row is not None
+    assert decision.row[3] == "the study ended"
+
+
+def test_recording_a_trial_builds_no_optuna_study(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only planning the next trial needs the sampler's study; scoring one is pure."""
+
+    def refused(*_: Any, **__: Any) -> None:
+        raise AssertionError("an Optuna study was built")
+
+    monkeypatch.setattr(sampling, "create_study", refused)
+    for name in (
+        "launching, the engine is ready: the load Job starts",
+        "measuring, done: recorded as measured, cleaned up",
+    ):
+        row = ROWS[name]
+        assert summary(decide(situation_of(row), row.seen)) == row.actions

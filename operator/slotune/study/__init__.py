@@ -11,6 +11,7 @@ twice, and trial objects that belong to no trial in flight are deleted.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,8 @@ from slotune.study.observe import KubeObservation
 from slotune.study.transitions import Decision, Live, Settings, Situation, decide, serving_overlay
 
 __all__ = ["Context", "Decision", "Live", "Settings", "serving_overlay", "step"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,6 +56,14 @@ def step(ctx: Context) -> Decision:
         settings=ctx.settings,
     )
     decision = decide(situation, KubeObservation(ctx.kube, ctx.owner, ctx.spec.engine.kind))
+    # The rows that chose the step; a step that changes nothing is logged only when debugging.
+    log.log(
+        logging.INFO if decision.actions or decision.events else logging.DEBUG,
+        "Decided a study step for %s/%s: %s",
+        ctx.owner.namespace,
+        ctx.owner.name,
+        decision.why,
+    )
     applied = execute(ctx.kube, decision.actions)
     _record_made(decision, applied)
     return decision

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slotune.kube import KubeApi, Ref
-from slotune.study.transitions import Action, Apply
+from slotune.study.context import Action, Apply
 
 
 def execute(kube: KubeApi, actions: Sequence[Action]) -> list[dict[str, Any]]:

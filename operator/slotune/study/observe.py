@@ -9,14 +9,14 @@ from typing import Any, TypeVar
 from slotune import render
 from slotune.kube import KubeApi, Ref
 from slotune.study import trials
-from slotune.study.transitions import Quarantine
+from slotune.study.context import Quarantine
 from slotune.tuner.records import TrialRecord, loads_readable
 
 T = TypeVar("T")
 
 
 class KubeObservation:
-    """`transitions.Observation` over the API server (or its in-memory stand-in), for one step."""
+    """`context.Observation` over the API server (or its in-memory stand-in), for one step."""
 
     def __init__(self, kube: KubeApi, owner: render.Owner, kind: str) -> None:
         self.kube = kube

@@ -1,8 +1,10 @@
-"""What the operator reads off trial pods and load Jobs, and what it shows of a study.
+"""What the operator reads off trial pods, load Jobs and serving pods, and what it shows of a
+study.
 
 Pure: Kubernetes objects (plain dicts) in, small facts out. A trial pod is ready, still
 starting, blocked by something no configuration can fix (no node has room for it), or failed
-with a classified cause; a load Job is running, done with its measurement, or failed.
+with a classified cause; a load Job is running, done with its measurement, or failed; a serving
+pod of a new configuration is failing or not.
 """
 
 from __future__ import annotations
@@ -141,6 +143,30 @@ def terminated_failure(
     engine = engine_or_default(kind)
     failure = engine.classify_failure(log, exit_code=exit_code, timed_out=False, seconds=seconds)
     return PodState("Failed", detail=failure.describe(), failure_kind=str(failure.kind))
+
+
+def first_failure(pods: list[dict[str, Any]]) -> str | None:
+    """Why the first failing serving pod of `pods` fails, if one does."""
+    return next((failure for pod in pods if (failure := serving_failure(pod))), None)
+
+
+def serving_failure(pod: dict[str, Any]) -> str | None:
+    """Why a serving pod of a new configuration is failing, if it is."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        now = (container.get("state") or {}).get("terminated") or {}
+        ended = now or last
+        if (
+            container.get("restartCount", 0) > 0
+            or ended
+            or waiting.get("reason") == "CrashLoopBackOff"
+        ):
+            state = terminated_failure(ended) if ended else None
+            detail = state.detail if state else waiting.get("message", "")
+            restarts = container.get("restartCount", 0)
+            return f"{pod['metadata']['name']} failed (restarts: {restarts}): {detail}"
+    return None
 
 
 def made_by(pod: dict[str, Any], job: dict[str, Any]) -> bool:

@@ -193,6 +193,83 @@ def overrides(params: dict[str, Any], defaults: dict[str, Any]) -> int:
     return sum(1 for name, value in params.items() if defaults.get(name) != value)
 
 
+# -- scoring a trial: pure, from the spec and the records, no Optuna study needed ------------
+
+
+def merged(spec: LLMDeploymentSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """The spec's own settings with the trial's params on top."""
+    return {**spec.engine.args.explicit(), **params}
+
+
+def target_rate(spec: LLMDeploymentSpec) -> float:
+    """The rate a feasible configuration carries (the workload's, with headroom)."""
+    rate = spec.tuning.workload.request_rate
+    if rate is None:
+        raise ValueError(
+            "the tuner measures capacity in requests/s: give tuning.workload.requestRate"
+        )
+    return required_rate(rate, spec.tuning.headroom)
+
+
+def measure_request(
+    spec: LLMDeploymentSpec,
+    platform: Platform,
+    records: list[TrialRecord],
+    planned: NextTrial,
+    *,
+    rate: float | None = None,
+) -> MeasureRequest:
+    """What the measurement of a planned trial is asked: the rate to carry (from `rate`,
+    the live workload's, when given), and for the first launched trial (vLLM's defaults)
+    the ceilings too, when none is known yet."""
+    ceiling = study_ceiling(records)
+    target = target_rate(spec) if rate is None else required_rate(rate, spec.tuning.headroom)
+    return MeasureRequest(
+        seed=planned.seed,
+        target_rate=target,
+        measure_ceiling=ceiling is None and planned.phase == "screen",
+        ceiling=ceiling,
+        # The baseline, and every re-measurement, is bracketed finely: a finalist's
+        # capacity is what the study reports.
+        precise=planned.label == "vllm-defaults" or planned.phase == "finalist",
+        spread=platform.spread,
+    )
+
+
+def record_of(
+    spec: LLMDeploymentSpec, planned: NextTrial, launch: Launch, seconds: float
+) -> TrialRecord:
+    """The record of a planned trial, from how its launch fared (wherever it ran)."""
+    if spec.slo is None:
+        raise ValueError("tuning needs spec.slo")
+    measurement = launch.measurement
+    if measurement is None:
+        constraints = sampling.infeasible_constraints()
+        score = 0.0
+    else:
+        constraints = sampling.capacity_constraints(measurement)
+        if measurement.quality_refused:
+            constraints = sampling.refused_constraints(constraints)
+        bounds = {name: t.max_seconds for name, t in spec.slo.targets().items()}
+        score = _score(spec.tuning.objective, measurement, bounds)
+    return TrialRecord(
+        number=planned.number,
+        phase=planned.phase,
+        label=planned.label,
+        params=planned.params,
+        state=launch.state,
+        cause=launch.cause or (measurement.quality_refused if measurement else None),
+        failure_kind=launch.failure_kind,
+        facts=launch.facts,
+        measurement=measurement,
+        score=score,
+        constraints=constraints,
+        feasible=measurement is not None and all(c <= 0 for c in constraints),
+        seconds=seconds,
+        of_trial=planned.of_trial,
+    )
+
+
 class Planner:
     """Plans one study for one LLMDeployment spec, from its records: which trial next, or the
     end with its winner; and what a trial's launch makes of its record. No I/O: the operator
@@ -248,7 +325,7 @@ class Planner:
 
     def merged(self, params: dict[str, Any]) -> dict[str, Any]:
         """The spec's own settings with the trial's params on top."""
-        return {**self.spec.engine.args.explicit(), **params}
+        return merged(self.spec, params)
 
     def engine_args(self, params: dict[str, Any]) -> EngineArgs:
         return EngineArgs.model_validate(self.merged(params))
@@ -287,12 +364,7 @@ class Planner:
     @property
     def target_rate(self) -> float:
         """The rate a feasible configuration carries (the workload's, with headroom)."""
-        rate = self.spec.tuning.workload.request_rate
-        if rate is None:
-            raise ValueError(
-                "the tuner measures capacity in requests/s: give tuning.workload.requestRate"
-            )
-        return required_rate(rate, self.spec.tuning.headroom)
+        return target_rate(self.spec)
 
     def _measured_target(self) -> float:
         found = (r.measurement.capacity for r in self.records if r.measurement is not None)
@@ -304,52 +376,12 @@ class Planner:
         return study_ceiling(self.records)
 
     def measure_request(self, planned: NextTrial, rate: float | None = None) -> MeasureRequest:
-        """What the measurement of a planned trial is asked: the rate to carry (from `rate`,
-        the live workload's, when given), and for the first launched trial (vLLM's defaults)
-        the ceilings too, when none is known yet."""
-        ceiling = self.ceiling
-        target = (
-            self.target_rate if rate is None else required_rate(rate, self.spec.tuning.headroom)
-        )
-        return MeasureRequest(
-            seed=planned.seed,
-            target_rate=target,
-            measure_ceiling=ceiling is None and planned.phase == "screen",
-            ceiling=ceiling,
-            # The baseline, and every re-measurement, is bracketed finely: a finalist's
-            # capacity is what the study reports.
-            precise=planned.label == "vllm-defaults" or planned.phase == "finalist",
-            spread=self.platform.spread,
-        )
+        """What the measurement of a planned trial is asked (`measure_request`)."""
+        return measure_request(self.spec, self.platform, self.records, planned, rate=rate)
 
     def record_of(self, planned: NextTrial, launch: Launch, seconds: float) -> TrialRecord:
-        """The record of a planned trial, from how its launch fared (wherever it ran)."""
-        measurement = launch.measurement
-        if measurement is None:
-            constraints = sampling.infeasible_constraints()
-            score = 0.0
-        else:
-            constraints = sampling.capacity_constraints(measurement)
-            if measurement.quality_refused:
-                constraints = sampling.refused_constraints(constraints)
-            bounds = {name: t.max_seconds for name, t in self.slo.targets().items()}
-            score = _score(self.spec.tuning.objective, measurement, bounds)
-        return TrialRecord(
-            number=planned.number,
-            phase=planned.phase,
-            label=planned.label,
-            params=planned.params,
-            state=launch.state,
-            cause=launch.cause or (measurement.quality_refused if measurement else None),
-            failure_kind=launch.failure_kind,
-            facts=launch.facts,
-            measurement=measurement,
-            score=score,
-            constraints=constraints,
-            feasible=measurement is not None and all(c <= 0 for c in constraints),
-            seconds=seconds,
-            of_trial=planned.of_trial,
-        )
+        """The record of a planned trial, from how its launch fared (`record_of`)."""
+        return record_of(self.spec, planned, launch, seconds)
 
     def record(self, record: TrialRecord) -> None:
         """Keeps a finished trial in memory and tells the study it was asked from."""
