@@ -90,6 +90,20 @@ class MetricNames:
 DEFAULT_NAMES = MetricNames()
 
 
+def names_for(engine_metrics: Mapping[str, tuple[str, ...]]) -> MetricNames:
+    """The names to query for an engine's series: each signal the engine adapter names
+    (`Engine.metrics`) by the adapter's newest name. The engine signals it does not name are
+    `missing`, and the queries leave them out; the GPU signals (DCGM's) stay as they are."""
+    names = dict(DEFAULT_NAMES.names)
+    names.update({signal: found[0] for signal, found in engine_metrics.items() if found})
+    lacking = {
+        signal
+        for signal in METRICS
+        if not signal.startswith("gpu_") and not engine_metrics.get(signal)
+    }
+    return MetricNames(names, frozenset(lacking), resolved=True)
+
+
 def resolve_names(exposed: Iterable[str]) -> MetricNames:
     """Pick, for each logical signal, the first candidate among the exposed series names
     (as `__name__` label values, e.g. `vllm:time_to_first_token_seconds_bucket`). A signal
@@ -233,6 +247,8 @@ def arrival_rate(
         f" + sum(delta({names['requests_waiting']}{selector}[{window}])))"
         f" / {seconds:g}"
     )
+    if names.exposes("admission_rejections") is False:  # an engine without the counter
+        return f"{finished} + {in_engine}"
     # Older vLLM has no admission counter: an absent series must not empty the sum.
     rejected = (
         f"({counter_rate_query(names['admission_rejections'], window, selector)} or vector(0))"
@@ -306,15 +322,15 @@ def workload_fingerprint_queries(
     """Every query of the fingerprint, by key (`arrival_rate`, `prompt_mean`, `prompt_p50`,
     …, `output_mean`, `output_p99`). Token quantiles are interpolated inside vLLM's 1-2-5
     token buckets, so they are estimates; the means are exact."""
-    queries = {
-        "arrival_rate": arrival_rate(window, selector, names=names),
-        "prompt_mean": prompt_length_mean(window, selector, names=names),
-        "output_mean": output_length_mean(window, selector, names=names),
-    }
-    for p in percentiles:
-        key = f"p{p:g}"
-        queries[f"prompt_{key}"] = prompt_length_quantile(p, window, selector, names=names)
-        queries[f"output_{key}"] = output_length_quantile(p, window, selector, names=names)
+    queries = {"arrival_rate": arrival_rate(window, selector, names=names)}
+    if names.exposes("request_prompt_tokens") is not False:  # else no prompt_* keys
+        queries["prompt_mean"] = prompt_length_mean(window, selector, names=names)
+        for p in percentiles:
+            queries[f"prompt_p{p:g}"] = prompt_length_quantile(p, window, selector, names=names)
+    if names.exposes("request_generation_tokens") is not False:  # else no output_* keys
+        queries["output_mean"] = output_length_mean(window, selector, names=names)
+        for p in percentiles:
+            queries[f"output_p{p:g}"] = output_length_quantile(p, window, selector, names=names)
     return queries
 
 
@@ -570,10 +586,10 @@ class PrometheusSource:
         return WorkloadFingerprint(
             window=window,
             arrival_rate=values["arrival_rate"],
-            prompt_mean=values["prompt_mean"],
-            output_mean=values["output_mean"],
-            prompt_quantiles={p: values[f"prompt_p{p:g}"] for p in percentiles},
-            output_quantiles={p: values[f"output_p{p:g}"] for p in percentiles},
+            prompt_mean=values.get("prompt_mean"),
+            output_mean=values.get("output_mean"),
+            prompt_quantiles={p: values.get(f"prompt_p{p:g}") for p in percentiles},
+            output_quantiles={p: values.get(f"output_p{p:g}") for p in percentiles},
         )
 
 

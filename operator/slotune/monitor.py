@@ -23,7 +23,7 @@ from datetime import datetime
 from slotune.backoff import Backoff
 from slotune.engine import engine_for
 from slotune.live import oncall
-from slotune.metrics import PrometheusSource, model_selector, peak_arrival_rate
+from slotune.metrics import PrometheusSource, model_selector, names_for, peak_arrival_rate
 from slotune.models import LLMDeploymentSpec, LLMDeploymentStatus, WorkloadSpec
 from slotune.reconcile import Watch
 from slotune.study import Live
@@ -215,11 +215,13 @@ def peak_demand(
 ) -> float | None:
     """The peak arrival rate over the stabilization window (0 when the engines were scraped
     and nothing arrived); None when Prometheus cannot tell."""
-    selector = model_selector(
-        model_name=served, namespace=namespace, label=engine_for(spec.engine.kind).model_label
+    engine = engine_for(spec.engine.kind)
+    selector = model_selector(model_name=served, namespace=namespace, label=engine.model_label)
+    query = peak_arrival_rate(
+        spec.scaling.stabilization_window, selector, names=names_for(engine.metrics)
     )
     try:
-        value = source.query_value(peak_arrival_rate(spec.scaling.stabilization_window, selector))
+        value = source.query_value(query)
     except Exception:  # noqa: BLE001 - Prometheus trouble is reported by the SLO reading
         return None
     return max(value, 0.0) if value is not None else None
@@ -231,14 +233,12 @@ def live_workload(
     """The trial workload shaped like live traffic over the SLO window: its arrival rate and
     mean prompt and output lengths. None until there has been traffic to copy."""
     window = spec.slo.window if spec.slo else "5m"
+    engine = engine_for(spec.engine.kind)
     try:
         fingerprint = source.workload_fingerprint(
             window,
-            model_selector(
-                model_name=served,
-                namespace=namespace,
-                label=engine_for(spec.engine.kind).model_label,
-            ),
+            model_selector(model_name=served, namespace=namespace, label=engine.model_label),
+            names=names_for(engine.metrics),
         )
     except Exception:  # noqa: BLE001 - Prometheus trouble is reported by the SLO reading
         return None

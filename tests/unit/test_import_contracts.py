@@ -68,6 +68,11 @@ def test_the_contracts_hold_on_the_code(tmp_path: Path) -> None:
         ("tuner/loop.py", "from slotune.live import oncall", "The tuner plans"),
         # The measurement reaching up into the tuner that plans with it.
         ("measure/probe.py", "from slotune.tuner import loop", "The layers"),
+        # The edge's services reaching up into the Kopf module, or importing Kopf themselves.
+        ("edge/reconciler.py", "from slotune import handlers", "The layers"),
+        ("edge/resync.py", "import kopf", "Only slotune.handlers imports kopf"),
+        # A row of the study's table doing I/O instead of deciding from its observation.
+        ("study/launch.py", "from slotune import kube", "The pure core neither"),
     ],
 )
 def test_a_crossed_line_breaks_its_contract(

@@ -4,6 +4,7 @@ the last against the real /metrics of vLLM 0.32 (CPU) saved in data/."""
 from __future__ import annotations
 
 import math
+import re
 import socket
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import requests
 
 from slotune import metrics
+from slotune.engine import engine_for
 from slotune.metrics import (
     ClockEventReason,
     Exposition,
@@ -21,7 +23,9 @@ from slotune.metrics import (
     resolve_names,
     window_seconds,
 )
+from slotune.monitor import live_workload, peak_demand
 from support import promql
+from support.specs import llm_spec
 
 REAL_EXPOSITION = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
 TINY = model_selector(model_name="tiny")
@@ -290,3 +294,35 @@ def test_stable_error_drops_addresses_and_query_times_from_other_failures() -> N
         "bad response for /api/v1/query?query=up&time=... from <Thing>"
     )
     assert metrics.stable_error(requests.ReadTimeout("read timed out at 0x1")) == "timed out"
+
+
+class _Recorder:
+    """A Prometheus that answers every query with `value` and keeps the queries it was sent."""
+
+    def __init__(self, value: float | None = 1.0) -> None:
+        self.queries: list[str] = []
+        self.value = value
+
+    def query_value(self, query: str, at: float | None = None) -> float | None:
+        self.queries.append(query)
+        return self.value
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_demand_and_the_live_workload_are_read_by_the_engines_own_metric_names(kind: str) -> None:
+    """Scaling's peak demand and the live workload's fingerprint query the series of the
+    deployment's engine, named by its adapter: an SGLang deployment is not read by vLLM's."""
+    image = "lmsysorg/sglang:v0.5.5" if kind == "sglang" else "vllm/vllm-openai:v0.32.0"
+    spec = llm_spec(engine={"kind": kind, "image": image})
+    engine = engine_for(kind)
+    source = _Recorder()
+    assert peak_demand(source, spec, "ns", "chat") == 1.0  # type: ignore[arg-type]
+    live_workload(source, spec, "ns", "chat")  # type: ignore[arg-type]
+    sent = " ".join(source.queries)
+    for signal in ("request_success", "requests_running", "requests_waiting"):
+        assert engine.metrics[signal][0] in sent, signal
+    prefix = "vllm:" if kind == "sglang" else "sglang:"
+    other_engines = [
+        name for name in re.findall(r"[a-z]+:[a-z_]+", sent) if name.startswith(prefix)
+    ]
+    assert other_engines == [], other_engines

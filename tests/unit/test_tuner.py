@@ -33,6 +33,7 @@ from slotune.measure.record import Measurement
 from slotune.models import LLMDeploymentSpec
 from slotune.runtime import EngineConfig, EngineStartError
 from slotune.slo.attainment import wilson_interval
+from slotune.tuner import loop
 from slotune.tuner.loop import (
     Finished,
     Launch,
@@ -542,5 +543,8 @@ def test_a_lossy_record_that_no_gate_passed_cannot_win(tmp_path: Path) -> None:
     )  # fmt: skip
     assert lossy.feasible  # it carries the load ...
     first.record(lossy)
-    assert first._refused(lossy)  # ... but no gate passed its fp8 KV cache
-    assert all(f.number != 1 for f in first._finalists())
+    assert loop.refused(
+        first.spec, first.platform, lossy
+    )  # ... but no gate passed its fp8 KV cache
+    finalists = loop.finalists(first.spec, first.platform, first.options, first.records)
+    assert all(f.number != 1 for f in finalists)

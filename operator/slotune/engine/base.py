@@ -5,7 +5,8 @@ that holds every fact slotune knows of it: how it is started and probed, which t
 it takes and how they are spelled, the rules its configurations must pass, the names of the
 metrics it exposes, its default histogram bounds, and what its start-up log says. The one
 dispatch is `slotune.engine.engine_for(spec.engine.kind)`. Two modules outside `engine/` still
-import `engine.vllm`: `metrics` builds its registry of live series from vLLM's names, and
+import `engine.vllm`: `metrics` builds its registry of series from vLLM's names (its default;
+the operator's live queries name the deployment's engine's series, `metrics.names_for`), and
 `local.process` starts vLLM processes only (`tune --local`); the seam's open debt.
 
 Pure: plain data and functions of plain data.

@@ -366,10 +366,6 @@ class Planner:
         """The rate a feasible configuration carries (the workload's, with headroom)."""
         return target_rate(self.spec)
 
-    def _measured_target(self) -> float:
-        found = (r.measurement.capacity for r in self.records if r.measurement is not None)
-        return next((c.target_rate for c in found if c is not None), 0.0)
-
     @property
     def ceiling(self) -> Ceiling | None:
         """The engine's ceilings, measured once per study (on vLLM's defaults)."""
@@ -392,30 +388,9 @@ class Planner:
 
     # -- the study ---------------------------------------------------------------------------
 
-    def _refused(self, record: TrialRecord) -> bool:
-        """Whether a trial cannot win on quality, whatever its capacity: it failed the quality
-        gate, or the study drew a lossy value for it and no gate passed it (a record from before
-        lossy values needed `allowLossy`, or of a runner without the gate). A lossy value the
-        spec's own engine.args set is the author's choice, not the study's."""
-        measured = record.measurement
-        if measured is not None and measured.quality_refused is not None:
-            return True
-        own = self.spec.engine.args.explicit()
-        drawn = [
-            name
-            for name in lossy_settings(self.platform.engine.knobs, record.params)
-            if own.get(name) != record.params[name]
-        ]
-        return bool(drawn) and not (
-            self.spec.tuning.quality.allow_lossy and measured is not None and measured.quality
-        )
-
     def _best(self) -> TrialRecord | None:
         feasible = [r for r in self.records if r.phase == "screen" and r.feasible]
         return max(feasible, key=lambda r: r.score, default=None)
-
-    def _launched(self) -> int:
-        return sum(1 for r in self.records if r.launched)
 
     def _stale(self) -> bool:
         """The SLO is met and the last `patience` launched trials did not beat the best."""
@@ -446,7 +421,7 @@ class Planner:
             return "the best configuration carries all the prefill ceiling allows"
         if self._stale():
             return f"SLO met and {self.options.patience} trials brought no improvement"
-        if self._launched() >= max(budget - self.options.finalists, 1):
+        if _launched(self.records) >= max(budget - self.options.finalists, 1):
             return "maxTrials reached"
         if not self.options.until_confirmed and any(r.phase == "finalist" for r in self.records):
             return "screening finished"
@@ -460,10 +435,12 @@ class Planner:
         the engine's known rules are recorded as rejected (listed in `rejected`) and never
         returned.
         """
-        if self.options.until_confirmed and (confirming := self._confirm_feasible()):
+        if self.options.until_confirmed and (
+            confirming := confirm_feasible(self.spec, self.platform, self.records)
+        ):
             return confirming
         while (stopped := self._screening_stop()) is None:
-            self._plan_model_start()
+            self._queue_model_start()
             trial = self.study.ask(self.space)
             planned = NextTrial(
                 # Every record counts: with `until_confirmed`, re-measurements come between screens.
@@ -481,145 +458,208 @@ class Planner:
             )
             self.rejected.append(rejected)
             self.record(rejected)
-        return self._plan_finalists(stopped)
+        return plan_finalists(self.spec, self.platform, self.options, self.records, stopped)
 
-    def _confirm_feasible(self) -> NextTrial | Finished | None:
-        """`until_confirmed`: the re-measurement of the first feasible screening trial not yet
-        re-measured, or the study's end once one held; None while screening goes on."""
-        for candidate in (r for r in self.records if r.phase == "screen" and r.feasible):
-            again = self._re_measurements(candidate)
-            if not again:
-                if self._launched() >= self.spec.tuning.max_trials:
-                    return None
-                return self._re_measure(candidate)
-            if (
-                again[-1].measurement is not None
-                and not self._refused(again[-1])
-                and _confirmed(candidate, again[-1]).feasible
-            ):
-                return Finished(
-                    winner=candidate,
-                    stopped_because="a configuration was confirmed feasible",
-                    confirmed=_confirmed(candidate, again[-1]),
-                )
-        return None
-
-    def _plan_model_start(self) -> None:
+    def _queue_model_start(self) -> None:
         """Once vLLM's defaults are measured (with the engine's ceilings), queues the
-        configurations the performance model ranks best, each labelled model-N (a resumed
-        study queues only those it has not run)."""
+        configurations the performance model ranks best (`model_start`)."""
         if self.options.model_start <= 0 or self._model_planned:
             return
-        baseline = next(
-            (
-                r
-                for r in self.records
-                if r.label == "vllm-defaults" and r.phase == "screen" and r.measurement is not None
-            ),
-            None,
-        )
-        ceiling = self.ceiling
-        output = self.spec.tuning.workload.output_tokens
-        if baseline is None or ceiling is None or output is None:
+        queued = model_start(self.spec, self.platform, self.space, self.options, self.records)
+        if queued is None:
             return
         self._model_planned = True
-        inputs = perfmodel.Inputs.from_baseline(
-            baseline, ceiling, output.mean, self.platform.defaults["max_num_batched_tokens"]
-        )
-        suggested = perfmodel.suggest(
-            self.space,
-            self.platform.defaults,
-            inputs.costs,
-            inputs.shape,
-            self.slo,
-            count=self.options.model_start + 1,  # one may be a configuration already run
-            kv_tokens=inputs.kv_tokens,
-        )
-        done = {r.label for r in self.records if r.label}
-        # Configurations run before the model's turn (the defaults, the current one) are not
-        # run again; the model's own, run before a restart, keep their numbers.
-        tried = [
-            r.params
-            for r in self.records
-            if r.launched and not (r.label or "").startswith("model-")
-        ]
-        fresh = [params for params, _ in suggested if params not in tried]
-        for number, params in enumerate(fresh[: self.options.model_start], 1):
-            if f"model-{number}" not in done:
-                self.study.enqueue_trial(params, user_attrs={"label": f"model-{number}"})
+        for label, params in queued:
+            self.study.enqueue_trial(params, user_attrs={"label": label})
 
-    def _re_measurements(self, candidate: TrialRecord) -> list[TrialRecord]:
-        return [r for r in self.records if r.phase == "finalist" and r.of_trial == candidate.number]
 
-    def _re_measure(self, candidate: TrialRecord) -> NextTrial:
-        """A screened configuration again, on a fresh engine and a new arrival order."""
-        return NextTrial(
-            number=len(self.records),
-            params=candidate.params,
-            phase="finalist",
-            label=candidate.label,
-            seed=self.spec.tuning.seed + 1,
-            of_trial=candidate.number,
-        )
+# -- the study's end: finalists, their re-measurement and the winner ---------------------------
 
-    def _finalists(self) -> list[TrialRecord]:
-        """The best feasible configurations, then those unresolved at the target (a second
-        start may resolve them); with neither, the ones that carry the most (so that the study
-        can say, re-measured, how far the best falls short), equal capacities ranked by how
-        near each came to passing the next rate."""
-        screened = [r for r in self.records if r.phase == "screen" and not self._refused(r)]
-        feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
-        unresolved = sorted((r for r in screened if _unresolved(r)), key=lambda r: -r.score)
-        if feasible or unresolved:
-            return (feasible + unresolved)[: self.options.finalists]
-        carried = [r for r in screened if r.measurement is not None and r.measurement.capacity]
-        return sorted(carried, key=lambda r: (-_rate(r), -_near_miss(r)))[: self.options.finalists]
 
-    def _plan_finalists(self, stopped: str) -> NextTrial | Finished:
-        """Re-measures the best feasible configurations on a fresh schedule (a new workload
-        seed) and a fresh engine. A finalist is confirmed when its capacity over both starts
-        (`_confirmed`: their pooled mean and its interval) carries the target. The winner is
-        the best confirmed capacity; among the confirmed that the paired verdict cannot tell
-        from the best (`capacity.versus`: no meaningful difference), the one with the fewest
-        overrides of vLLM's defaults."""
-        budget = self.spec.tuning.max_trials
-        confirmed: list[tuple[Capacity, TrialRecord]] = []
-        shortfall: list[tuple[Capacity, TrialRecord]] = []  # re-measured, still infeasible
-        for candidate in self._finalists():
-            previous = self._re_measurements(candidate)
-            if previous:
-                again = previous[-1]
-            elif self._launched() < budget:
-                return self._re_measure(candidate)
-            else:
-                again = candidate  # no budget left to re-measure: trust the screening run
-            both = _confirmed(candidate, again) if again.measurement is not None else None
-            if self._refused(again):  # its second start failed the quality gate
-                continue
-            if both is not None and both.feasible:
-                confirmed.append((both, candidate))
-            elif both is not None:
-                shortfall.append((both, candidate))
-        if not confirmed:
-            if not shortfall:
-                return Finished(winner=None, stopped_because=stopped)
-            carried, most = max(shortfall, key=lambda pair: pair[0].rate)
+def refused(spec: LLMDeploymentSpec, platform: Platform, record: TrialRecord) -> bool:
+    """Whether a trial cannot win on quality, whatever its capacity: it failed the quality
+    gate, or the study drew a lossy value for it and no gate passed it (a record from before
+    lossy values needed `allowLossy`, or of a runner without the gate). A lossy value the
+    spec's own engine.args set is the author's choice, not the study's."""
+    measured = record.measurement
+    if measured is not None and measured.quality_refused is not None:
+        return True
+    own = spec.engine.args.explicit()
+    drawn = [
+        name
+        for name in lossy_settings(platform.engine.knobs, record.params)
+        if own.get(name) != record.params[name]
+    ]
+    return bool(drawn) and not (
+        spec.tuning.quality.allow_lossy and measured is not None and measured.quality
+    )
+
+
+def _launched(records: Sequence[TrialRecord]) -> int:
+    return sum(1 for r in records if r.launched)
+
+
+def _measured_target(records: Sequence[TrialRecord]) -> float:
+    found = (r.measurement.capacity for r in records if r.measurement is not None)
+    return next((c.target_rate for c in found if c is not None), 0.0)
+
+
+def _re_measurements(records: Sequence[TrialRecord], candidate: TrialRecord) -> list[TrialRecord]:
+    return [r for r in records if r.phase == "finalist" and r.of_trial == candidate.number]
+
+
+def _re_measure(
+    spec: LLMDeploymentSpec, records: Sequence[TrialRecord], candidate: TrialRecord
+) -> NextTrial:
+    """A screened configuration again, on a fresh engine and a new arrival order."""
+    return NextTrial(
+        number=len(records),
+        params=candidate.params,
+        phase="finalist",
+        label=candidate.label,
+        seed=spec.tuning.seed + 1,
+        of_trial=candidate.number,
+    )
+
+
+def confirm_feasible(
+    spec: LLMDeploymentSpec, platform: Platform, records: Sequence[TrialRecord]
+) -> NextTrial | Finished | None:
+    """`until_confirmed`: the re-measurement of the first feasible screening trial not yet
+    re-measured, or the study's end once one held; None while screening goes on."""
+    for candidate in (r for r in records if r.phase == "screen" and r.feasible):
+        again = _re_measurements(records, candidate)
+        if not again:
+            if _launched(records) >= spec.tuning.max_trials:
+                return None
+            return _re_measure(spec, records, candidate)
+        if (
+            again[-1].measurement is not None
+            and not refused(spec, platform, again[-1])
+            and _confirmed(candidate, again[-1]).feasible
+        ):
             return Finished(
-                winner=None,
-                stopped_because=stopped,
-                confirmed=carried,
-                best=most,
-                replicas=fewest_replicas(
-                    shortfall, self._measured_target(), self.platform.defaults
-                ),
+                winner=candidate,
+                stopped_because="a configuration was confirmed feasible",
+                confirmed=_confirmed(candidate, again[-1]),
             )
-        best, _ = max(confirmed, key=lambda pair: pair[0].rate)
-        tied = [pair for pair in confirmed if versus(best, pair[0]).verdict != Difference.BETTER]
-        defaults = self.platform.defaults
-        chosen, winner = min(
-            tied, key=lambda pair: (overrides(pair[1].params, defaults), -pair[0].rate)
+    return None
+
+
+def finalists(
+    spec: LLMDeploymentSpec,
+    platform: Platform,
+    options: TunerOptions,
+    records: Sequence[TrialRecord],
+) -> list[TrialRecord]:
+    """The best feasible configurations, then those unresolved at the target (a second
+    start may resolve them); with neither, the ones that carry the most (so that the study
+    can say, re-measured, how far the best falls short), equal capacities ranked by how
+    near each came to passing the next rate."""
+    screened = [r for r in records if r.phase == "screen" and not refused(spec, platform, r)]
+    feasible = sorted((r for r in screened if r.feasible), key=lambda r: -r.score)
+    unresolved = sorted((r for r in screened if _unresolved(r)), key=lambda r: -r.score)
+    if feasible or unresolved:
+        return (feasible + unresolved)[: options.finalists]
+    carried = [r for r in screened if r.measurement is not None and r.measurement.capacity]
+    return sorted(carried, key=lambda r: (-_rate(r), -_near_miss(r)))[: options.finalists]
+
+
+def plan_finalists(
+    spec: LLMDeploymentSpec,
+    platform: Platform,
+    options: TunerOptions,
+    records: Sequence[TrialRecord],
+    stopped: str,
+) -> NextTrial | Finished:
+    """Re-measures the best feasible configurations on a fresh schedule (a new workload
+    seed) and a fresh engine. A finalist is confirmed when its capacity over both starts
+    (`_confirmed`: their pooled mean and its interval) carries the target. The winner is
+    the best confirmed capacity; among the confirmed that the paired verdict cannot tell
+    from the best (`capacity.versus`: no meaningful difference), the one with the fewest
+    overrides of vLLM's defaults."""
+    budget = spec.tuning.max_trials
+    confirmed: list[tuple[Capacity, TrialRecord]] = []
+    shortfall: list[tuple[Capacity, TrialRecord]] = []  # re-measured, still infeasible
+    for candidate in finalists(spec, platform, options, records):
+        previous = _re_measurements(records, candidate)
+        if previous:
+            again = previous[-1]
+        elif _launched(records) < budget:
+            return _re_measure(spec, records, candidate)
+        else:
+            again = candidate  # no budget left to re-measure: trust the screening run
+        both = _confirmed(candidate, again) if again.measurement is not None else None
+        if refused(spec, platform, again):  # its second start failed the quality gate
+            continue
+        if both is not None and both.feasible:
+            confirmed.append((both, candidate))
+        elif both is not None:
+            shortfall.append((both, candidate))
+    if not confirmed:
+        if not shortfall:
+            return Finished(winner=None, stopped_because=stopped)
+        carried, most = max(shortfall, key=lambda pair: pair[0].rate)
+        return Finished(
+            winner=None,
+            stopped_because=stopped,
+            confirmed=carried,
+            best=most,
+            replicas=fewest_replicas(shortfall, _measured_target(records), platform.defaults),
         )
-        return Finished(winner=winner, stopped_because=stopped, confirmed=chosen)
+    best, _ = max(confirmed, key=lambda pair: pair[0].rate)
+    tied = [pair for pair in confirmed if versus(best, pair[0]).verdict != Difference.BETTER]
+    defaults = platform.defaults
+    chosen, winner = min(
+        tied, key=lambda pair: (overrides(pair[1].params, defaults), -pair[0].rate)
+    )
+    return Finished(winner=winner, stopped_because=stopped, confirmed=chosen)
+
+
+def model_start(
+    spec: LLMDeploymentSpec,
+    platform: Platform,
+    space: Space,
+    options: TunerOptions,
+    records: Sequence[TrialRecord],
+) -> list[tuple[str, dict[str, Any]]] | None:
+    """The configurations the performance model ranks best, each labelled model-N, to queue
+    once vLLM's defaults are measured with the engine's ceilings (None before that); a
+    resumed study gets only those it has not run."""
+    baseline = next(
+        (
+            r
+            for r in records
+            if r.label == "vllm-defaults" and r.phase == "screen" and r.measurement is not None
+        ),
+        None,
+    )
+    ceiling = study_ceiling(list(records))
+    output = spec.tuning.workload.output_tokens
+    if baseline is None or ceiling is None or output is None or spec.slo is None:
+        return None
+    inputs = perfmodel.Inputs.from_baseline(
+        baseline, ceiling, output.mean, platform.defaults["max_num_batched_tokens"]
+    )
+    suggested = perfmodel.suggest(
+        space,
+        platform.defaults,
+        inputs.costs,
+        inputs.shape,
+        spec.slo,
+        count=options.model_start + 1,  # one may be a configuration already run
+        kv_tokens=inputs.kv_tokens,
+    )
+    done = {r.label for r in records if r.label}
+    # Configurations run before the model's turn (the defaults, the current one) are not
+    # run again; the model's own, run before a restart, keep their numbers.
+    tried = [r.params for r in records if r.launched and not (r.label or "").startswith("model-")]
+    fresh = [params for params, _ in suggested if params not in tried]
+    return [
+        (f"model-{number}", params)
+        for number, params in enumerate(fresh[: options.model_start], 1)
+        if f"model-{number}" not in done
+    ]
 
 
 class Gate(Protocol):
@@ -713,9 +753,11 @@ class Tuner(Planner):
             if progress is not None:
                 candidate = next((r for r in self.records if r.number == planned.of_trial), None)
                 if planned.phase == "finalist":
-                    progress(Progress(record, self._launched(), budget, candidate, "re-measured"))
+                    progress(
+                        Progress(record, _launched(self.records), budget, candidate, "re-measured")
+                    )
                 else:
-                    progress(Progress(record, self._launched(), budget, self._best()))
+                    progress(Progress(record, _launched(self.records), budget, self._best()))
         baseline = next(
             (r for r in self.records if r.label == "vllm-defaults" and r.phase == "screen"), None
         )
@@ -725,7 +767,7 @@ class Tuner(Planner):
             baseline=baseline,
             stopped_because=planned.stopped_because,
             space={name: repr(dist) for name, dist in self.space.items()},
-            target_rate=self._measured_target(),
+            target_rate=_measured_target(self.records),
             ceiling=self.ceiling,
             confirmed=planned.confirmed,
             best=planned.best,
