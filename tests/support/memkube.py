@@ -147,3 +147,16 @@ class MemoryApi:
 
     def has_api(self, group_version: str, plural: str) -> bool:
         return (group_version, plural) in self.served
+
+
+def roll_out(deployment: dict[str, Any]) -> None:
+    """The Deployment controller and kubelet in one step: every replica of the Deployment's
+    current template updated, ready and available."""
+    replicas = deployment["spec"]["replicas"]
+    deployment["status"] = {
+        "observedGeneration": deployment["metadata"]["generation"],
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+    }

@@ -19,7 +19,7 @@ import pytest
 from slotune.kube import Ref
 from slotune.reconcile import Watch, reconcile
 from slotune.status import Event
-from support.memkube import Crash, MemoryApi
+from support.memkube import Crash, MemoryApi, roll_out
 
 NAMESPACE = "llm"
 NAME = "chat"
@@ -50,16 +50,8 @@ def llmd(scaling: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
 def deployment_ready(api: MemoryApi) -> None:
     """The Deployment controller and kubelet: every replica ready."""
     obj = api.objects.get(MemoryApi._key(DEPLOYMENT))
-    if obj is None:
-        return
-    replicas = obj["spec"]["replicas"]
-    obj["status"] = {
-        "observedGeneration": obj["metadata"]["generation"],
-        "replicas": replicas,
-        "updatedReplicas": replicas,
-        "readyReplicas": replicas,
-        "availableReplicas": replicas,
-    }
+    if obj is not None:
+        roll_out(obj)
 
 
 def run(api: MemoryApi, scaling: dict[str, Any]) -> tuple[list[int], list[Event]]:

@@ -31,7 +31,7 @@ from slotune.reconcile import Monitor, Watch, reconcile
 from slotune.study import Live, trials
 from slotune.study.observe import KubeObservation
 from slotune.tuner.records import loads
-from support.memkube import Crash, MemoryApi
+from support.memkube import Crash, MemoryApi, roll_out
 
 NAMESPACE = "llm"
 NAME = "chat"
@@ -102,14 +102,7 @@ def world_step(api: MemoryApi) -> None:
             }  # fmt: skip
         elif kind == "Deployment":
             serve_template(api, obj)
-            replicas = obj["spec"]["replicas"]
-            obj["status"] = {
-                "observedGeneration": obj["metadata"]["generation"],
-                "replicas": replicas,
-                "updatedReplicas": replicas,
-                "readyReplicas": replicas,
-                "availableReplicas": replicas,
-            }
+            roll_out(obj)
     # Job pods go with their Job (the garbage collector).
     jobs = {name for (_, kind, _, name) in api.objects if kind == "Job"}
     for key, obj in list(api.objects.items()):
